@@ -82,7 +82,190 @@ build_kubernetes() {
   log "cached binaries in $BIN_CACHE"
 }
 
+
+# The images kustomize/ names for our own binaries, mapped by the node agent to the freshly
+# built executables; any image starting with pulumi/pulumi finds the Pulumi CLI stand-in on PATH.
+OPERATOR_IMAGE="ghcr.io/pulumi-operator-rs/operator"
+RUNNER_IMAGE="ghcr.io/pulumi-operator-rs/runner"
+
+free_ports() {
+  python3 - "$1" <<'PY'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+PY
+}
+
+pid_alive() { [ -f "$STATE_DIR/pids/$1" ] && kill -0 "$(cat "$STATE_DIR/pids/$1")" 2>/dev/null; }
+
+api_ready() {
+  [ -f "$STATE_DIR/kubeconfig" ] || return 1
+  kubectl --kubeconfig "$STATE_DIR/kubeconfig" get --raw /readyz >/dev/null 2>&1
+}
+
+start_bg() { # name, command...
+  local name=$1; shift
+  nohup "$@" >"$STATE_DIR/logs/$name.log" 2>&1 &
+  echo $! >"$STATE_DIR/pids/$name"
+}
+
+wait_for() { # seconds, description, command...
+  local secs=$1 what=$2; shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || die "timed out after ${secs}s waiting for $what (logs: $STATE_DIR/logs)"
+    sleep 0.5
+  done
+}
+
+target_dir() {
+  (cd "$REPO_ROOT" && cargo metadata --format-version 1 --no-deps 2>/dev/null | jq -r .target_directory)
+}
+
+write_image_map() {
+  local target; target="$(target_dir)/debug"
+  cat >"$STATE_DIR/image-map.json" <<JSON
+{
+  "images": [
+    {"image": "$OPERATOR_IMAGE", "entrypoint": ["$target/pulumi-operator"], "user": 65532},
+    {"image": "$RUNNER_IMAGE", "entrypoint": ["$target/pulumi-runner"], "user": 65532},
+    {"image": "pulumi/pulumi", "prefix": true, "path": ["$target"], "user": 1000}
+  ]
+}
+JSON
+}
+
+cmd_up() {
+  if pid_alive apiserver && pid_alive node-agent && api_ready; then
+    log "cluster already running (state in $STATE_DIR)"
+    write_image_map
+    echo "export KUBECONFIG=$STATE_DIR/kubeconfig"
+    return 0
+  fi
+  [ ! -d "$STATE_DIR/pids" ] || cmd_down
+  build_kubernetes
+  install_prerequisites
+  log "building the test node agent"
+  (cd "$REPO_ROOT" && cargo build -q -p node-agent >&2)
+  local agent_bin; agent_bin="$(target_dir)/debug/node-agent"
+
+  mkdir -p "$STATE_DIR"/{pids,logs,certs,pki}
+  local etcd_data="$STATE_DIR/etcd"
+  if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+    etcd_data="/dev/shm/local-cluster-etcd-$$-$RANDOM"
+  fi
+  echo "$etcd_data" >"$STATE_DIR/etcd-data-dir"
+  read -r ETCD_PORT PEER_PORT API_PORT KCM_PORT AGENT_PORT <<<"$(free_ports 5)"
+
+  log "generating keys and an admin token"
+  openssl genrsa -out "$STATE_DIR/pki/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$STATE_DIR/pki/sa.key" -pubout -out "$STATE_DIR/pki/sa.pub" 2>/dev/null
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=local-node" \
+    -addext "subjectAltName=IP:127.0.0.1,DNS:local-node" \
+    -keyout "$STATE_DIR/pki/kubelet.key" -out "$STATE_DIR/pki/kubelet.crt" 2>/dev/null
+  local token; token="$(openssl rand -hex 24)"
+  echo "$token,admin,admin,system:masters" >"$STATE_DIR/pki/tokens.csv"
+  chmod 600 "$STATE_DIR/pki/tokens.csv" "$STATE_DIR/pki/sa.key"
+
+  log "starting etcd on 127.0.0.1:$ETCD_PORT"
+  start_bg etcd etcd --name default --data-dir "$etcd_data" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$PEER_PORT" \
+    --initial-cluster "default=http://127.0.0.1:$PEER_PORT"
+
+  log "starting kube-apiserver $K8S_VERSION on 127.0.0.1:$API_PORT"
+  start_bg apiserver "$BIN_CACHE/kube-apiserver" --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --bind-address=127.0.0.1 --secure-port="$API_PORT" --advertise-address=127.0.0.1 --insecure-port=0 \
+    --cert-dir="$STATE_DIR/certs" --token-auth-file="$STATE_DIR/pki/tokens.csv" --authorization-mode=RBAC \
+    --service-account-key-file="$STATE_DIR/pki/sa.pub" --service-account-signing-key-file="$STATE_DIR/pki/sa.key" \
+    --service-account-issuer=https://kubernetes.default.svc --service-cluster-ip-range=10.96.0.0/16 \
+    --kubelet-preferred-address-types=InternalIP --feature-gates=TTLAfterFinished=true \
+    --max-requests-inflight=800 --max-mutating-requests-inflight=400
+
+  cat >"$STATE_DIR/kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    certificate-authority: $STATE_DIR/certs/apiserver.crt
+users:
+- name: admin
+  user:
+    token: $token
+contexts:
+- name: local
+  context: {cluster: local, user: admin, namespace: default}
+current-context: local
+KC
+  chmod 600 "$STATE_DIR/kubeconfig"
+  wait_for 90 "kube-apiserver to answer" api_ready
+
+  log "starting kube-controller-manager"
+  start_bg controller-manager "$BIN_CACHE/kube-controller-manager" --kubeconfig="$STATE_DIR/kubeconfig" \
+    --service-account-private-key-file="$STATE_DIR/pki/sa.key" --root-ca-file="$STATE_DIR/certs/apiserver.crt" \
+    --use-service-account-credentials=true --leader-elect=false --bind-address=127.0.0.1 \
+    --secure-port="$KCM_PORT" --port=0 --feature-gates=TTLAfterFinished=true \
+    --kube-api-qps=200 --kube-api-burst=400 --concurrent-gc-syncs=40 \
+    --controllers='*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service,-route'
+
+  log "starting the node agent (stand-in for the kubelet) on 127.0.0.1:$AGENT_PORT"
+  write_image_map
+  KUBECONFIG="$STATE_DIR/kubeconfig" RUST_LOG="${NODE_AGENT_LOG:-info}" start_bg node-agent "$agent_bin" \
+    --node-name local-node --port "$AGENT_PORT" --tls-cert "$STATE_DIR/pki/kubelet.crt" \
+    --tls-key "$STATE_DIR/pki/kubelet.key" --state-dir "$STATE_DIR/node" \
+    --image-map "$STATE_DIR/image-map.json" --api-host 127.0.0.1 --api-port "$API_PORT"
+
+  local k=(kubectl --kubeconfig "$STATE_DIR/kubeconfig")
+  wait_for 60 "the node to be Ready" bash -c \
+    "[ \"\$(${k[*]} get node local-node -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}')\" = True ]"
+  wait_for 60 "the default ServiceAccount and its token" bash -c \
+    "${k[*]} -n default get serviceaccount default -o jsonpath='{.secrets[0].name}' | grep -q ."
+  log "cluster is up: $("${k[@]}" version -o json 2>/dev/null | jq -r .serverVersion.gitVersion), logs in $STATE_DIR/logs"
+  echo "export KUBECONFIG=$STATE_DIR/kubeconfig"
+}
+
+cmd_down() {
+  [ -d "$STATE_DIR/pids" ] || { log "no cluster state in $STATE_DIR"; rm -rf "$STATE_DIR"; return 0; }
+  # Stop in reverse order, by recorded pid only: the agent first so that it ends its pods.
+  for name in node-agent controller-manager apiserver etcd; do
+    local f="$STATE_DIR/pids/$name"
+    [ -f "$f" ] || continue
+    local pid; pid=$(cat "$f")
+    if kill -0 "$pid" 2>/dev/null; then
+      log "stopping $name (pid $pid)"
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+      kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+  if [ -f "$STATE_DIR/etcd-data-dir" ]; then rm -rf "$(cat "$STATE_DIR/etcd-data-dir")"; fi
+  rm -rf "$STATE_DIR"
+  log "cluster stopped and its state removed"
+}
+
+cmd_status() {
+  if [ ! -d "$STATE_DIR/pids" ]; then
+    echo "local cluster: down (no state in $STATE_DIR); start it with: tests/local-cluster.sh up"
+    return 1
+  fi
+  local all=0
+  for name in etcd apiserver controller-manager node-agent; do
+    if pid_alive "$name"; then echo "$name: running (pid $(cat "$STATE_DIR/pids/$name"))"; else echo "$name: NOT running"; all=1; fi
+  done
+  if api_ready; then echo "API: ready"; else echo "API: not answering"; all=1; fi
+  echo "logs: $STATE_DIR/logs"
+  echo "export KUBECONFIG=$STATE_DIR/kubeconfig"
+  return $all
+}
+
 case "${1:-}" in
+  up) cmd_up ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
   build) build_kubernetes ;;
   *) echo "usage: $0 up|down|status|build" >&2; exit 2 ;;
 esac

@@ -1,0 +1,69 @@
+//! The Node object: registered Ready with the agent's kubelet endpoint, then kept fresh.
+
+use crate::Config;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::Client;
+use std::time::Duration;
+use tracing::warn;
+
+fn status(cfg: &Config) -> serde_json::Value {
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let cond = |t: &str, s: &str, reason: &str, msg: &str| {
+        serde_json::json!({"type": t, "status": s, "reason": reason, "message": msg,
+                           "lastHeartbeatTime": now, "lastTransitionTime": now})
+    };
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+    serde_json::json!({
+        "capacity": {"cpu": cpus.to_string(), "memory": "16Gi", "pods": "250", "ephemeral-storage": "50Gi"},
+        "allocatable": {"cpu": cpus.to_string(), "memory": "16Gi", "pods": "250", "ephemeral-storage": "50Gi"},
+        "conditions": [
+            cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "test node agent"),
+            cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "test node agent"),
+            cond("PIDPressure", "False", "KubeletHasSufficientPID", "test node agent"),
+            cond("Ready", "True", "KubeletReady", "test node agent (stand-in for the kubelet) is posting ready status"),
+        ],
+        "addresses": [
+            {"type": "InternalIP", "address": cfg.host_ip},
+            {"type": "Hostname", "address": cfg.node_name},
+        ],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": cfg.port}},
+        "nodeInfo": {
+            "machineID": "", "systemUUID": "", "bootID": "",
+            "kernelVersion": "", "osImage": "local processes (test node agent)",
+            "containerRuntimeVersion": "local-process://0.1.0",
+            "kubeletVersion": "v1.20.2", "kubeProxyVersion": "v1.20.2",
+            "operatingSystem": "linux", "architecture": std::env::consts::ARCH,
+        },
+    })
+}
+
+pub async fn register(client: &Client, cfg: &Config) -> anyhow::Result<()> {
+    let api: Api<Node> = Api::all(client.clone());
+    if api.get_opt(&cfg.node_name).await?.is_none() {
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": cfg.node_name, "labels": {
+                "kubernetes.io/hostname": cfg.node_name, "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64", "node-role.kubernetes.io/test-agent": ""}},
+        }))?;
+        api.create(&PostParams::default(), &node).await?;
+    }
+    update(&api, cfg).await
+}
+
+async fn update(api: &Api<Node>, cfg: &Config) -> anyhow::Result<()> {
+    let patch = serde_json::json!({ "status": status(cfg) });
+    api.patch_status(&cfg.node_name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+pub async fn heartbeat(client: Client, cfg: Config) {
+    let api: Api<Node> = Api::all(client);
+    loop {
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        if let Err(e) = update(&api, &cfg).await {
+            warn!("node heartbeat failed: {e}");
+        }
+    }
+}

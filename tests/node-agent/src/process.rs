@@ -1,0 +1,212 @@
+//! One container = one local process tree: its own session, its own private mount namespace
+//! with every volume bind-mounted at its real path, the pod's uid/gid, stdout and stderr
+//! captured into a CRI-style log file (`<RFC3339Nano> <stream> F <line>`).
+
+use crate::volumes::Mount;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+
+pub struct ProcessSpec {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub working_dir: Option<String>,
+    pub uid: u32,
+    pub gid: u32,
+    pub mounts: Vec<Mount>,
+    pub log_path: PathBuf,
+}
+
+pub struct Running {
+    pub child: Child,
+    pub pid: i32,
+    pub log_tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Creates the mount targets on the host file system (inside a private namespace they are then
+/// covered by the bind mounts, outside they stay empty).
+fn ensure_targets(mounts: &[Mount]) -> std::io::Result<()> {
+    for m in mounts {
+        if m.target.exists() {
+            continue;
+        }
+        if m.source.is_dir() {
+            std::fs::create_dir_all(&m.target)?;
+        } else {
+            if let Some(parent) = m.target.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(&m.target, b"")?;
+        }
+    }
+    Ok(())
+}
+
+fn cstr(p: &Path) -> std::io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+}
+
+fn check(rc: libc::c_int) -> std::io::Result<()> {
+    if rc == -1 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
+    ensure_targets(&spec.mounts)?;
+    let binds: Vec<(CString, CString, bool)> = spec
+        .mounts
+        .iter()
+        .map(|m| Ok((cstr(&m.source)?, cstr(&m.target)?, m.read_only)))
+        .collect::<std::io::Result<_>>()?;
+    // Every ancestor of the working directory, so that it can be created after the mounts
+    // (it often lies inside a volume).
+    let workdir: Vec<CString> = match &spec.working_dir {
+        Some(w) => Path::new(w)
+            .ancestors()
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .map(cstr)
+            .collect::<std::io::Result<_>>()?,
+        None => vec![cstr(Path::new("/"))?],
+    };
+    let root = cstr(Path::new("/"))?;
+    let (uid, gid) = (spec.uid, spec.gid);
+
+    let Some(program) = spec.argv.first() else {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command"));
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(&spec.argv[1..])
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(false);
+    // SAFETY: only async-signal-safe system calls on data prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            check(libc::setsid())?;
+            check(libc::unshare(libc::CLONE_NEWNS))?;
+            check(libc::mount(
+                std::ptr::null(),
+                root.as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ))?;
+            for (src, dst, ro) in &binds {
+                check(libc::mount(src.as_ptr(), dst.as_ptr(), std::ptr::null(), libc::MS_BIND | libc::MS_REC, std::ptr::null()))?;
+                if *ro {
+                    check(libc::mount(
+                        std::ptr::null(),
+                        dst.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_REC,
+                        std::ptr::null(),
+                    ))?;
+                }
+            }
+            for dir in &workdir {
+                libc::mkdir(dir.as_ptr(), 0o755);
+            }
+            check(libc::setgroups(0, std::ptr::null()))?;
+            check(libc::setgid(gid))?;
+            check(libc::setuid(uid))?;
+            if let Some(dir) = workdir.last() {
+                check(libc::chdir(dir.as_ptr()))?;
+            }
+            Ok(())
+        });
+    }
+    if let Some(parent) = spec.log_path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let log = Arc::new(Mutex::new(
+        std::fs::OpenOptions::new().create(true).append(true).open(&spec.log_path)?,
+    ));
+    let mut child = cmd.spawn()?;
+    let pid = child.id().map(|p| p as i32).unwrap_or(-1);
+    let mut log_tasks = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        log_tasks.push(tokio::spawn(copy_lines(out, "stdout", log.clone())));
+    }
+    if let Some(err) = child.stderr.take() {
+        log_tasks.push(tokio::spawn(copy_lines(err, "stderr", log)));
+    }
+    Ok(Running { child, pid, log_tasks })
+}
+
+async fn copy_lines(stream: impl AsyncRead + Unpin, name: &'static str, log: Arc<Mutex<std::fs::File>>) {
+    use std::io::Write;
+    let mut reader = BufReader::new(stream);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                if line.last() == Some(&b'\n') {
+                    line.pop();
+                }
+                let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+                let mut record = Vec::with_capacity(line.len() + 48);
+                record.extend_from_slice(ts.as_bytes());
+                record.extend_from_slice(format!(" {name} F ").as_bytes());
+                record.extend_from_slice(&line);
+                record.push(b'\n');
+                if let Ok(mut f) = log.lock() {
+                    let _ = f.write_all(&record);
+                }
+            }
+        }
+    }
+}
+
+/// Signals a container's main process (`group = false`) or its whole process group.
+pub fn signal(pid: i32, sig: libc::c_int, group: bool) {
+    if pid <= 0 {
+        return;
+    }
+    // SAFETY: kill(2) with a pid we spawned; a stale pid at worst yields ESRCH.
+    unsafe {
+        libc::kill(if group { -pid } else { pid }, sig);
+    }
+}
+
+/// A parsed log record.
+pub struct LogRecord<'a> {
+    pub timestamp: &'a str,
+    pub content: &'a [u8],
+}
+
+pub fn parse_record(line: &[u8]) -> Option<LogRecord<'_>> {
+    let mut parts = line.splitn(4, |b| *b == b' ');
+    let ts = std::str::from_utf8(parts.next()?).ok()?;
+    let _stream = parts.next()?;
+    let _tag = parts.next()?;
+    let content = parts.next().unwrap_or(b"");
+    Some(LogRecord { timestamp: ts, content })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_cri_records() {
+        let r = parse_record(b"2026-01-01T00:00:00.000000001Z stdout F hello world").unwrap();
+        assert_eq!(r.timestamp, "2026-01-01T00:00:00.000000001Z");
+        assert_eq!(r.content, b"hello world");
+        let r = parse_record(b"2026-01-01T00:00:00Z stderr F ").unwrap();
+        assert_eq!(r.content, b"");
+    }
+}
