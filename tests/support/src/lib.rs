@@ -1,1 +1,204 @@
+//! Test-only support for cluster tests: a `kube::Client` for the local test cluster, a
+//! temporary namespace per test (removed afterwards), `kubectl` as a user would run it, and
+//! polling helpers. A missing cluster is a loud failure that names the command to start it.
 
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::Client;
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+pub const START_CLUSTER: &str = "eval \"$(tests/local-cluster.sh up | tail -n1)\"";
+
+/// The repository root (the workspace that holds `tests/`).
+pub fn repo_root() -> PathBuf {
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.ancestors().nth(2).map(PathBuf::from).unwrap_or(here)
+}
+
+fn kubeconfig() -> String {
+    match std::env::var("KUBECONFIG") {
+        Ok(k) if !k.is_empty() && std::path::Path::new(&k).exists() => k,
+        _ => panic!(
+            "\n\nCLUSTER TESTS NEED THE LOCAL TEST CLUSTER, and KUBECONFIG does not point at one.\n\
+             Start it from the repository root with:\n\n    {START_CLUSTER}\n\n\
+             or run every test with tests/run.sh, which starts it for you.\n"
+        ),
+    }
+}
+
+/// A client for the local cluster; panics with the command that starts it when it is absent.
+pub async fn client() -> Client {
+    let path = kubeconfig();
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&path).unwrap_or_else(|e| panic!("reading {path}: {e}")),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("kubeconfig {path}: {e}"));
+    let client = Client::try_from(config).unwrap_or_else(|e| panic!("client for {path}: {e}"));
+    if let Err(e) = client.apiserver_version().await {
+        panic!("\n\nTHE LOCAL TEST CLUSTER DOES NOT ANSWER ({e}).\nStart it from the repository root with:\n\n    {START_CLUSTER}\n");
+    }
+    client
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A namespace that exists for one test and is deleted when dropped (pods in it are stopped by
+/// the node agent as part of the deletion).
+pub struct TestNamespace {
+    pub name: String,
+    pub client: Client,
+}
+
+impl TestNamespace {
+    pub async fn new(prefix: &str) -> TestNamespace {
+        let client = client().await;
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let suffix = format!("{:x}{n}", std::process::id() ^ (Instant::now().elapsed().subsec_nanos()));
+        let mut name: String = format!("t-{prefix}-{suffix}")
+            .to_lowercase()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' })
+            .collect();
+        name.truncate(63);
+        let name = name.trim_end_matches('-').to_string();
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"test-support/temporary": "true"}}
+        }))
+        .expect("namespace object");
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+        // Pods cannot be created before the namespace's default ServiceAccount exists.
+        let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+        wait_until(Duration::from_secs(30), "the default ServiceAccount and its token", || async {
+            sas.get_opt("default")
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|sa| sa.secrets.is_some_and(|s| !s.is_empty()))
+        })
+        .await;
+        TestNamespace { name, client }
+    }
+
+    /// Runs kubectl in this namespace; panics with its output when it fails.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        kubectl(&[&["-n", &self.name], args].concat())
+    }
+
+    /// `kubectl apply -f -` of a YAML document in this namespace.
+    pub fn apply(&self, yaml: &str) -> String {
+        let (ok, out, err) = kubectl_stdin(&["-n", &self.name, "apply", "-f", "-"], yaml);
+        assert!(ok, "kubectl apply failed:\n{out}\n{err}\n--- manifest ---\n{yaml}");
+        out
+    }
+
+    /// Runs kubectl in this namespace and returns (success, stdout, stderr).
+    pub fn kubectl_result(&self, args: &[&str]) -> (bool, String, String) {
+        kubectl_result(&[&["-n", &self.name], args].concat())
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        if std::env::var_os("KEEP_TEST_NAMESPACES").is_some() {
+            eprintln!("keeping namespace {} (KEEP_TEST_NAMESPACES is set)", self.name);
+            return;
+        }
+        // Drop cannot await: kubectl does the deletion without waiting for it to finish.
+        let _ = kubectl_result(&["delete", "namespace", &self.name, "--wait=false"]);
+    }
+}
+
+/// Runs kubectl against the test cluster; panics with its output when it fails.
+pub fn kubectl(args: &[&str]) -> String {
+    let (ok, out, err) = kubectl_result(args);
+    assert!(ok, "kubectl {} failed:\n{out}\n{err}", args.join(" "));
+    out
+}
+
+pub fn kubectl_result(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new("kubectl")
+        .env("KUBECONFIG", kubeconfig())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running kubectl: {e}"));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs kubectl with `input` on its standard input; returns (success, stdout, stderr).
+pub fn kubectl_stdin(args: &[&str], input: &str) -> (bool, String, String) {
+    use std::io::Write;
+    let mut child = Command::new("kubectl")
+        .env("KUBECONFIG", kubeconfig())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running kubectl: {e}"));
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(input.as_bytes());
+    }
+    let out = child.wait_with_output().unwrap_or_else(|e| panic!("kubectl: {e}"));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Polls `check` every 200 ms until it is true; panics naming `what` after `timeout`.
+pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if check().await {
+            return;
+        }
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Polls `get` until it returns `Some`; panics naming `what` after `timeout`.
+pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut get: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = get().await {
+            return v;
+        }
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Deletes an object and ignores "not found".
+pub async fn delete_quietly<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let _ = api.delete(name, &DeleteParams::default()).await;
+}
