@@ -69,7 +69,9 @@ pub fn file_root(url: &str) -> Res<PathBuf> {
     let rest = url.trim_start_matches("file://");
     let rest = rest.split('?').next().unwrap_or_default();
     if rest.is_empty() {
-        return util::err(format!("could not determine the local state path from '{url}'"));
+        return util::err(format!(
+            "could not determine the local state path from '{url}'"
+        ));
     }
     let p = if rest == "~" {
         util::home_dir()
@@ -147,11 +149,7 @@ pub fn parse_stack_ref(r: &str, project: &str) -> Res<String> {
             }
             *s
         }
-        _ => {
-            return util::err(format!(
-                "could not parse stack reference '{r}'"
-            ))
-        }
+        _ => return util::err(format!("could not parse stack reference '{r}'")),
     };
     if name.is_empty()
         || !name
@@ -278,7 +276,12 @@ impl Backend {
 
     fn lock_files(&self, project: &str, stack: &str) -> Vec<PathBuf> {
         let mut v: Vec<PathBuf> = std::fs::read_dir(self.lock_dir(project, stack))
-            .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.is_file()).collect())
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.is_file())
+                    .collect()
+            })
             .unwrap_or_default();
         v.sort();
         v
@@ -420,10 +423,7 @@ impl Checkpoint {
         if sp.get("type").and_then(J::as_str) != Some("passphrase") {
             return None;
         }
-        sp.get("state")?
-            .get("salt")?
-            .as_str()
-            .map(str::to_string)
+        sp.get("state")?.get("salt")?.as_str().map(str::to_string)
     }
 
     pub fn snapshot(&self, secrets: Option<&Secrets>) -> Res<Snapshot> {
@@ -452,7 +452,12 @@ impl Checkpoint {
     }
 
     pub fn last_update_time(&self) -> Option<i64> {
-        let t = self.latest.as_ref()?.get("manifest")?.get("time")?.as_str()?;
+        let t = self
+            .latest
+            .as_ref()?
+            .get("manifest")?
+            .get("time")?
+            .as_str()?;
         chrono::DateTime::parse_from_rfc3339(t)
             .ok()
             .map(|t| t.timestamp())
@@ -517,7 +522,10 @@ impl ResState {
             id: s("id"),
             parent: s("parent"),
             protect: j.get("protect").and_then(J::as_bool).unwrap_or(false),
-            retain_on_delete: j.get("retainOnDelete").and_then(J::as_bool).unwrap_or(false),
+            retain_on_delete: j
+                .get("retainOnDelete")
+                .and_then(J::as_bool)
+                .unwrap_or(false),
             inputs: map_from_state(j.get("inputs"), secrets)?,
             outputs: map_from_state(j.get("outputs"), secrets)?,
             dependencies: j
@@ -582,10 +590,7 @@ impl Snapshot {
         if let Some(ps) = d.get("pending_operations").and_then(J::as_array) {
             for p in ps {
                 snap.pending.push(PendingOp {
-                    resource: ResState::from_json(
-                        p.get("resource").unwrap_or(&J::Null),
-                        secrets,
-                    )?,
+                    resource: ResState::from_json(p.get("resource").unwrap_or(&J::Null), secrets)?,
                     kind: p
                         .get("type")
                         .and_then(J::as_str)

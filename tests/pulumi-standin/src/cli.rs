@@ -93,11 +93,7 @@ fn op_common(op: &str) -> Vec<Flag> {
         f("run-program", None, Bool),
         fo("attach-debugger", None, Arr, "program"),
     ];
-    v.push(f(
-        "exclude",
-        if op == "up" { None } else { Some('x') },
-        Arr,
-    ));
+    v.push(f("exclude", if op == "up" { None } else { Some('x') }, Arr));
     if op != "destroy" {
         v.push(f("exclude-dependents", None, Bool));
     }
@@ -354,9 +350,6 @@ impl Parsed {
     pub fn cmd(&self) -> Vec<&str> {
         self.path.iter().map(|s| s.as_str()).collect()
     }
-    pub fn has(&self, name: &str) -> bool {
-        self.values.contains_key(name)
-    }
     pub fn bool(&self, name: &str) -> bool {
         self.values
             .get(name)
@@ -503,9 +496,7 @@ pub fn parse(argv: &[String]) -> Res<Parsed> {
             while j < chars.len() {
                 let c = chars[j];
                 let Some(fl) = flags.iter().find(|fl| fl.short == Some(c)) else {
-                    return Err(invocation(format!(
-                        "unknown shorthand flag: '{c}' in {a}"
-                    )));
+                    return Err(invocation(format!("unknown shorthand flag: '{c}' in {a}")));
                 };
                 let rest: String = chars[j + 1..].iter().collect();
                 if let Some(v) = rest.strip_prefix('=') {
@@ -529,9 +520,7 @@ pub fn parse(argv: &[String]) -> Res<Parsed> {
                     i += 1;
                     set_value(&mut values, fl, &argv[i].clone())?;
                 } else {
-                    return Err(invocation(format!(
-                        "flag needs an argument: '{c}' in -{c}"
-                    )));
+                    return Err(invocation(format!("flag needs an argument: '{c}' in -{c}")));
                 }
                 break;
             }
@@ -597,7 +586,18 @@ mod tests {
         assert_eq!(r.cmd(), vec!["stack", "select"]);
         assert!(r.bool("non-interactive"));
         assert_eq!(r.str("stack").as_deref(), Some("dev"));
-        let r = p(&["-C", "/tmp", "--color", "never", "config", "set-all", "--plaintext", "a=b", "--plaintext=c=d"]).unwrap();
+        let r = p(&[
+            "-C",
+            "/tmp",
+            "--color",
+            "never",
+            "config",
+            "set-all",
+            "--plaintext",
+            "a=b",
+            "--plaintext=c=d",
+        ])
+        .unwrap();
         assert_eq!(r.cmd(), vec!["config", "set-all"]);
         assert_eq!(r.arr("plaintext"), vec!["a=b", "c=d"]);
         assert_eq!(r.str("cwd").as_deref(), Some("/tmp"));
@@ -605,7 +605,18 @@ mod tests {
 
     #[test]
     fn shorthand_and_dashdash() {
-        let r = p(&["up", "-yf", "-sdev", "-v=3", "--message=hi there", "--target", "u1", "-t", "u2"]).unwrap();
+        let r = p(&[
+            "up",
+            "-yf",
+            "-sdev",
+            "-v=3",
+            "--message=hi there",
+            "--target",
+            "u1",
+            "-t",
+            "u2",
+        ])
+        .unwrap();
         assert!(r.bool("yes") && r.bool("skip-preview"));
         assert_eq!(r.str("stack").as_deref(), Some("dev"));
         assert_eq!(r.int("verbose"), Some(3));
@@ -626,12 +637,24 @@ mod tests {
         let e = p(&["preview", "--yes"]).unwrap_err();
         assert_eq!(e.message.as_deref(), Some("unknown flag: --yes"));
         let e = p(&["preview", "-y"]).unwrap_err();
-        assert_eq!(e.message.as_deref(), Some("unknown shorthand flag: 'y' in -y"));
+        assert_eq!(
+            e.message.as_deref(),
+            Some("unknown shorthand flag: 'y' in -y")
+        );
         let e = p(&["frobnicate"]).unwrap_err();
-        assert_eq!(e.message.as_deref(), Some("unknown command \"frobnicate\" for \"pulumi\""));
+        assert_eq!(
+            e.message.as_deref(),
+            Some("unknown command \"frobnicate\" for \"pulumi\"")
+        );
         let e = p(&["up", "--parallel", "x"]).unwrap_err();
-        assert!(e.message.unwrap().starts_with("invalid argument \"x\" for \"-p, --parallel\" flag"));
+        assert!(e
+            .message
+            .unwrap()
+            .starts_with("invalid argument \"x\" for \"-p, --parallel\" flag"));
         let e = p(&["up", "--stack"]).unwrap_err();
-        assert_eq!(e.message.as_deref(), Some("flag needs an argument: --stack"));
+        assert_eq!(
+            e.message.as_deref(),
+            Some("flag needs an argument: --stack")
+        );
     }
 }

@@ -162,14 +162,6 @@ impl Secrets {
         })
     }
 
-    /// Fails unless the passphrase is present (what every engine operation needs).
-    pub fn require_present(&self) -> Res<()> {
-        match self {
-            Secrets::Missing => err(MISSING_PASSPHRASE),
-            _ => Ok(()),
-        }
-    }
-
     /// Fails unless the passphrase is present and correct.
     pub fn require_ready(&self) -> Res<()> {
         match self {
@@ -198,10 +190,6 @@ impl Secrets {
             Secrets::Missing => err(MISSING_PASSPHRASE),
             Secrets::None => err("no secrets provider is configured for this stack"),
         }
-    }
-
-    pub fn can_decrypt(&self) -> bool {
-        matches!(self, Secrets::Ready(_))
     }
 }
 

@@ -47,12 +47,7 @@ pub fn load_project(path: &Path) -> Res<Project> {
         serde_json::from_str::<J>(&text)
             .map_err(|e| e.to_string())
             .and_then(|j| serde_yaml::to_value(j).map_err(|e| e.to_string()))
-            .or_else(|e| {
-                err(format!(
-                    "could not unmarshal '{}': {e}",
-                    path.display()
-                ))
-            })?
+            .or_else(|e| err(format!("could not unmarshal '{}': {e}", path.display())))?
     } else {
         serde_yaml::from_str(&text).or_else(|e| {
             err(format!(
@@ -201,7 +196,8 @@ impl StackFile {
         let text = if m.is_empty() {
             "{}\n".to_string()
         } else {
-            serde_yaml::to_string(&Y::Mapping(m)).map_err(|e| crate::util::Failure::new(1, e.to_string()))?
+            serde_yaml::to_string(&Y::Mapping(m))
+                .map_err(|e| crate::util::Failure::new(1, e.to_string()))?
         };
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir)?;
@@ -403,9 +399,7 @@ pub fn config_set(cfg: &mut BTreeMap<String, Y>, key: &str, path: bool, leaf: Y)
                 }
                 let Y::Sequence(s) = cur else { unreachable!() };
                 if *idx > s.len() {
-                    return err(format!(
-                        "array index {idx} out of range for key {key}"
-                    ));
+                    return err(format!("array index {idx} out of range for key {key}"));
                 }
                 if *idx == s.len() {
                     s.push(fresh());
@@ -591,7 +585,10 @@ pub fn prelude_config(cfg: &BTreeMap<String, Y>) -> J {
         } else {
             match decode_value(v, None) {
                 Ok(Val::Map(_)) | Ok(Val::List(_)) => decode_value(v, None)
-                    .map(|x| serde_json::to_string(&x.to_json(crate::value::Show::Plain)).unwrap_or_default())
+                    .map(|x| {
+                        serde_json::to_string(&x.to_json(crate::value::Show::Plain))
+                            .unwrap_or_default()
+                    })
                     .unwrap_or_default(),
                 Ok(x) => x.interp_string(),
                 Err(_) => String::new(),
@@ -611,7 +608,10 @@ mod tests {
     fn keys() {
         assert_eq!(parse_key("foo", "proj").unwrap(), "proj:foo");
         assert_eq!(parse_key("aws:region", "proj").unwrap(), "aws:region");
-        assert_eq!(parse_key("aws:config:region", "proj").unwrap(), "aws:region");
+        assert_eq!(
+            parse_key("aws:config:region", "proj").unwrap(),
+            "aws:region"
+        );
         assert_eq!(parse_key("proj:[\"a:b\"]", "x").unwrap(), "proj:[\"a:b\"]");
         assert!(parse_key("a:b:c:d", "p").is_err());
     }
@@ -627,7 +627,10 @@ mod tests {
                 Seg::Key("c.d".into())
             ]
         );
-        assert_eq!(parse_path("[\"x.y\"]").unwrap(), vec![Seg::Key("x.y".into())]);
+        assert_eq!(
+            parse_path("[\"x.y\"]").unwrap(),
+            vec![Seg::Key("x.y".into())]
+        );
     }
 
     #[test]

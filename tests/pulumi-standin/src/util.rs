@@ -175,11 +175,7 @@ pub fn random_bytes(n: usize) -> Vec<u8> {
         }
     }
     use sha2::{Digest, Sha256};
-    let seed = format!(
-        "{:?}{}",
-        std::time::SystemTime::now(),
-        std::process::id()
-    );
+    let seed = format!("{:?}{}", std::time::SystemTime::now(), std::process::id());
     let mut out = Vec::new();
     let mut i = 0u32;
     while out.len() < n {

@@ -78,7 +78,11 @@ impl Val {
             J::Number(n) => Val::Num(n.as_f64().unwrap_or(0.0)),
             J::String(s) => Val::Str(s.clone()),
             J::Array(a) => Val::List(a.iter().map(Val::from_json).collect()),
-            J::Object(o) => Val::Map(o.iter().map(|(k, v)| (k.clone(), Val::from_json(v))).collect()),
+            J::Object(o) => Val::Map(
+                o.iter()
+                    .map(|(k, v)| (k.clone(), Val::from_json(v)))
+                    .collect(),
+            ),
         }
     }
 
@@ -208,14 +212,6 @@ impl Val {
         }
     }
 
-    pub fn get(&self, key: &str) -> Option<&Val> {
-        match self {
-            Val::Map(m) => m.get(key),
-            Val::Secret(v) => v.get(key),
-            _ => None,
-        }
-    }
-
     /// The type name for `output<...>` in previews and display.
     pub fn type_name(&self) -> &'static str {
         match self {
@@ -247,7 +243,9 @@ pub fn num_json(n: f64) -> J {
     if n.fract() == 0.0 && n.abs() < 9.0e15 {
         J::from(n as i64)
     } else {
-        serde_json::Number::from_f64(n).map(J::Number).unwrap_or(J::Null)
+        serde_json::Number::from_f64(n)
+            .map(J::Number)
+            .unwrap_or(J::Null)
     }
 }
 
@@ -278,7 +276,10 @@ mod tests {
     fn state_roundtrip() {
         let (_, c) = crate::crypto::new_salt_state("pw");
         let s = Secrets::Ready(c);
-        let v = Val::List(vec![Val::secret(Val::Str("hidden".into())), Val::Bool(true)]);
+        let v = Val::List(vec![
+            Val::secret(Val::Str("hidden".into())),
+            Val::Bool(true),
+        ]);
         let st = v.to_state(&s).unwrap();
         assert_eq!(st[0][SIG_KEY], SECRET_SIG);
         assert!(!st.to_string().contains("hidden"));
