@@ -1,4 +1,157 @@
-//! The operator binary. Wiring comes with the API issue.
-fn main() {
-    println!("pulumi-operator: not wired yet");
+//! pulumi-operator: deploys Pulumi stacks declared as Kubernetes objects (the Pulumi
+//! Kubernetes Operator's API), running every stack operation as a Kubernetes Job.
+
+mod config;
+mod context;
+mod controller;
+mod error;
+mod http;
+mod leader;
+mod metrics;
+mod telemetry;
+
+use anyhow::Context as _;
+use clap::Parser;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let config = config::Config::parse();
+    if let Err(e) = telemetry::init(&config) {
+        eprintln!("pulumi-operator: {e:#}");
+        return ExitCode::from(2);
+    }
+    match run(config).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: config::Config) -> anyhow::Result<()> {
+    info!(
+        version = env!("CARGO_PKG_VERSION"),
+        "starting pulumi-operator"
+    );
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
+    let metrics = Arc::new(metrics::Metrics::default());
+    let ready = Arc::new(AtomicBool::new(false));
+    let shutdown = CancellationToken::new();
+    spawn_signal_handler(shutdown.clone());
+    let http_state = http::HttpState {
+        metrics: metrics.clone(),
+        ready: ready.clone(),
+    };
+    let http = tokio::spawn(http::serve(config.http_addr, http_state, shutdown.clone()));
+
+    if let Err(missing) = controller::check_crds_installed(&client).await {
+        shutdown.cancel();
+        anyhow::bail!(
+            "{missing}. Install the operator's CRDs first: `kubectl apply --server-side -k kustomize/base` \
+             installs everything, `kubectl apply --server-side -f crds/` only the CRDs."
+        );
+    }
+    let mut config = config;
+    config.runner_image = resolve_runner_image(&client, &config).await;
+    info!(runner_image = %config.runner_image, "runner image");
+    ready.store(true, Ordering::Relaxed);
+    let ctx = Arc::new(context::Context::new(
+        client.clone(),
+        config.clone(),
+        metrics,
+    ));
+
+    if config.leader_elect {
+        let mut leadership = leader::campaign(client, &config).await?;
+        while !*leadership.is_leader.borrow_and_update() {
+            tokio::select! {
+                changed = leadership.is_leader.changed() => changed.context("leader election stopped")?,
+                _ = shutdown.cancelled() => {
+                    leadership.release().await;
+                    return Ok(());
+                }
+            }
+        }
+        info!("became the leader: reconciling");
+        let controllers = controller::run(ctx, shutdown.clone());
+        tokio::pin!(controllers);
+        loop {
+            tokio::select! {
+                _ = &mut controllers => break,
+                changed = leadership.is_leader.changed() => {
+                    if changed.is_err() || !*leadership.is_leader.borrow_and_update() {
+                        // Another replica may already be reconciling: stop at once.
+                        error!("lost the leader lease; exiting so that only one replica reconciles");
+                        std::process::exit(1);
+                    }
+                }
+            }
+        }
+        leadership.release().await;
+    } else {
+        controller::run(ctx, shutdown.clone()).await;
+    }
+    shutdown.cancel();
+    let _ = http.await;
+    info!("stopped");
+    Ok(())
+}
+
+/// The runner image: the flag, else the image of the `runner` init container of the operator's
+/// own pod (so kustomize's `images:` sets both images in one place), else the built-in default.
+async fn resolve_runner_image(client: &kube::Client, config: &config::Config) -> String {
+    if !config.runner_image.is_empty() {
+        return config.runner_image.clone();
+    }
+    let pod_name = std::env::var("POD_NAME").unwrap_or_default();
+    if !pod_name.is_empty() {
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(client.clone(), &config.lease_namespace);
+        match pods.get(&pod_name).await {
+            Ok(pod) => {
+                let image = pod
+                    .spec
+                    .and_then(|s| s.init_containers)
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c.name == config::RUNNER_INIT_CONTAINER)
+                    .and_then(|c| c.image);
+                if let Some(image) = image {
+                    return image;
+                }
+            }
+            Err(e) => {
+                tracing::warn!("cannot read the operator's own pod to find the runner image: {e}")
+            }
+        }
+    }
+    config::DEFAULT_RUNNER_IMAGE.to_string()
+}
+
+/// SIGTERM or SIGINT starts a graceful shutdown: reconciles in flight finish, the lease is
+/// released, the process exits.
+fn spawn_signal_handler(shutdown: CancellationToken) {
+    tokio::spawn(async move {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    error!("cannot listen for SIGTERM: {e}");
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM: shutting down"),
+            _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
+        }
+        shutdown.cancel();
+    });
 }

@@ -1,0 +1,126 @@
+//! Operator configuration: flags, each also settable through an environment variable.
+
+use clap::{Parser, ValueEnum};
+use std::net::SocketAddr;
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "pulumi-operator",
+    version,
+    about = "Deploys Pulumi stacks declared as Kubernetes objects; every stack operation runs as a Kubernetes Job"
+)]
+pub struct Config {
+    /// Log filter: a level (error, warn, info, debug, trace) or a tracing directive list.
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+
+    /// Log format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+
+    /// Address of the HTTP endpoint serving /healthz, /readyz and /metrics.
+    #[arg(long, env = "HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    pub http_addr: SocketAddr,
+
+    /// Elect a leader through a Lease so that only one replica reconciles.
+    #[arg(long, env = "LEADER_ELECT", default_value_t = false)]
+    pub leader_elect: bool,
+
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        env = "LEADER_ELECTION_LEASE_NAME",
+        default_value = "pulumi-operator-leader"
+    )]
+    pub lease_name: String,
+
+    /// Namespace of the leader-election Lease (defaults to the pod's namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "pulumi-operator")]
+    pub lease_namespace: String,
+
+    /// How long a Lease is valid without renewal, in seconds; a standby replica takes over
+    /// within this time when the leader disappears.
+    #[arg(long, env = "LEADER_ELECTION_LEASE_SECONDS", default_value_t = 15)]
+    pub lease_seconds: u64,
+
+    /// This replica's identity in the Lease (defaults to the pod name).
+    #[arg(long, env = "POD_NAME", default_value = "")]
+    pub identity: String,
+
+    /// Image that provides the runner binary to every update Job. When unset, the image of
+    /// the init container named `runner` in the operator's own pod is used (that is how the
+    /// kustomize install sets it), else the runner image of this operator version.
+    #[arg(long, env = "RUNNER_IMAGE", default_value = "")]
+    pub runner_image: String,
+
+    /// Pull policy of the runner image.
+    #[arg(long, env = "RUNNER_IMAGE_PULL_POLICY", default_value = "IfNotPresent")]
+    pub runner_image_pull_policy: String,
+
+    /// Namespaces to watch, comma separated; empty means every namespace.
+    #[arg(
+        long,
+        env = "WATCH_NAMESPACES",
+        value_delimiter = ',',
+        default_value = ""
+    )]
+    pub namespaces: Vec<String>,
+
+    /// How many objects of one kind are reconciled at the same time.
+    #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = 25)]
+    pub concurrency: u16,
+
+    /// The shortest allowed `resyncFrequencySeconds` (PKO's floor is 60). Lower it for tests only.
+    #[arg(long, env = "MIN_RESYNC_SECONDS", default_value_t = 60)]
+    pub min_resync_seconds: u64,
+}
+
+pub const DEFAULT_RUNNER_IMAGE: &str = concat!(
+    "ghcr.io/pulumi-operator-rs/runner:v",
+    env!("CARGO_PKG_VERSION")
+);
+
+/// The init container of the operator's pod whose image is the runner image.
+pub const RUNNER_INIT_CONTAINER: &str = "runner";
+
+impl Config {
+    pub fn watched_namespaces(&self) -> Vec<String> {
+        self.namespaces
+            .iter()
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+            .collect()
+    }
+
+    pub fn identity(&self) -> String {
+        if !self.identity.is_empty() {
+            return self.identity.clone();
+        }
+        std::env::var("HOSTNAME")
+            .unwrap_or_else(|_| format!("pulumi-operator-{}", std::process::id()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_namespace_list() {
+        let c = Config::try_parse_from(["op"]).unwrap();
+        assert!(c.watched_namespaces().is_empty());
+        assert_eq!(c.concurrency, 25);
+        assert_eq!(c.min_resync_seconds, 60);
+        let c = Config::try_parse_from(["op", "--namespaces", "a, b,,c", "--log-format", "json"])
+            .unwrap();
+        assert_eq!(c.watched_namespaces(), vec!["a", "b", "c"]);
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert!(Config::try_parse_from(["op", "--log-format", "xml"]).is_err());
+    }
+}

@@ -1,0 +1,40 @@
+//! The operator's one error type, and the backoff that keeps a failing object from hot-looping.
+
+use std::time::Duration;
+
+#[derive(thiserror::Error, Debug)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+
+    #[error("encoding: {0}")]
+    Json(#[from] serde_json::Error),
+
+    #[error("rendering YAML: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+
+    #[error("object has no {0}")]
+    MissingField(&'static str),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Requeue delay after a failed reconcile: grows with consecutive failures of the same object,
+/// capped, so an API outage neither hot-loops nor leaves objects waiting for long.
+pub fn backoff(failures: u32) -> Duration {
+    let secs = 1u64.checked_shl(failures.min(8)).unwrap_or(256).min(300);
+    Duration::from_secs(secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        assert_eq!(backoff(0), Duration::from_secs(1));
+        assert_eq!(backoff(3), Duration::from_secs(8));
+        assert_eq!(backoff(8), Duration::from_secs(256));
+        assert_eq!(backoff(50), Duration::from_secs(256));
+    }
+}
