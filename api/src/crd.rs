@@ -13,8 +13,11 @@ use crate::{program::Program, stack, update::Update, workspace::Workspace};
 /// The command that regenerates the checked-in CRD files (run from the repository root).
 pub const REGENERATE_COMMAND: &str = "cargo run -p pulumi-operator-api --bin crdgen -- crds/";
 
-/// Name of the kustomization file written next to the CRDs.
-pub const KUSTOMIZATION_FILE: &str = "kustomization.yaml";
+/// Name of the kustomization file written next to the CRDs. Kustomize also recognizes this
+/// extension-less name, and `kubectl apply -f crds/` skips it (it only reads `.yaml`, `.yml`
+/// and `.json` files), so that both `kubectl apply -k crds/` and
+/// `kubectl apply --server-side -f crds/` work.
+pub const KUSTOMIZATION_FILE: &str = "Kustomization";
 
 /// An error while building the CRDs.
 #[derive(Debug)]

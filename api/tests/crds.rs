@@ -24,6 +24,15 @@ fn checked_in_crds_are_up_to_date() {
             Err(e) => stale.push(format!("{} cannot be read: {e}", path.display())),
         }
     }
+    // A leftover file would still be installed by `kubectl apply -f crds/`.
+    if let Ok(entries) = std::fs::read_dir(crds_dir()) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !files.iter().any(|(expected, _)| *expected == name) {
+                stale.push(format!("crds/{name} is not generated any more; delete it"));
+            }
+        }
+    }
     assert!(
         stale.is_empty(),
         "the CRDs under crds/ are out of date with the Rust types in api/:\n  {}\n\
@@ -46,7 +55,7 @@ fn there_is_one_file_per_crd_plus_kustomization() {
             "pulumi.com_programs.yaml",
             "auto.pulumi.com_workspaces.yaml",
             "auto.pulumi.com_updates.yaml",
-            "kustomization.yaml",
+            "Kustomization",
         ]
     );
 }
