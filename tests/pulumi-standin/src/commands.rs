@@ -308,6 +308,39 @@ pub fn stack_select(p: &Parsed) -> Res<()> {
     Err(session::stack_not_found(&raw))
 }
 
+/// `stackSummaryJSON`, fields in the CLI's order; optional ones omitted when unset.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StackSummary {
+    name: String,
+    current: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_update: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    update_in_progress: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resource_count: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+}
+
+/// `updateInfoJSON`, fields in the CLI's order.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct UpdateInfo {
+    version: usize,
+    kind: J,
+    start_time: String,
+    message: J,
+    environment: J,
+    config: J,
+    result: J,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    end_time: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resource_changes: Option<J>,
+}
+
 pub fn stack_ls(p: &Parsed) -> Res<()> {
     let project = session::load_project()?;
     let b = backend::open_backend(Some(&project))?;
@@ -315,43 +348,39 @@ pub fn stack_ls(p: &Parsed) -> Res<()> {
     let mut rows = Vec::new();
     for name in b.list_stacks(&project.name)? {
         let chk = b.load_checkpoint(&project.name, &name)?;
-        let mut o = json!({"name": b.display_ref(&project.name, &name), "current": current.as_deref() == Some(name.as_str())});
         let locked = !b
             .lock_dir(&project.name, &name)
             .read_dir()
             .map(|mut d| d.next().is_none())
             .unwrap_or(true);
-        if b.cloud {
-            o["updateInProgress"] = J::Bool(locked);
-        }
-        if chk.latest.is_some() && !(b.cloud && locked) {
-            if let Some(t) = chk.last_update_time() {
-                o["lastUpdate"] = J::String(util::format_time(t));
-            }
-        }
-        if chk.latest.is_some() {
-            o["resourceCount"] = json!(chk.resource_count());
-        }
-        if b.cloud {
-            o["url"] = J::String(b.console_url(&project.name, &name));
-        }
-        rows.push(o);
+        rows.push(StackSummary {
+            name: b.display_ref(&project.name, &name),
+            current: current.as_deref() == Some(name.as_str()),
+            last_update: chk
+                .last_update_time()
+                .filter(|_| !(b.cloud && locked))
+                .map(util::format_time),
+            update_in_progress: b.cloud.then_some(locked),
+            resource_count: chk.latest.as_ref().map(|_| chk.resource_count()),
+            url: b.cloud.then(|| b.console_url(&project.name, &name)),
+        });
     }
     if p.bool("json") {
-        print_json(&J::Array(rows));
+        print!("{}", util::json_pretty(&rows, 2));
         return Ok(());
     }
     println!("{:<24}{:<28}RESOURCE COUNT", "NAME", "LAST UPDATE");
     for r in rows {
-        let mut name = r["name"].as_str().unwrap_or_default().to_string();
-        if r["current"].as_bool() == Some(true) {
-            name.push('*');
-        }
+        let name = if r.current {
+            format!("{}*", r.name)
+        } else {
+            r.name
+        };
         println!(
             "{:<24}{:<28}{}",
             name,
-            r.get("lastUpdate").and_then(J::as_str).unwrap_or("n/a"),
-            r.get("resourceCount")
+            r.last_update.as_deref().unwrap_or("n/a"),
+            r.resource_count
                 .map(|c| c.to_string())
                 .unwrap_or_else(|| "n/a".into())
         );
@@ -496,27 +525,29 @@ pub fn stack_history(p: &Parsed) -> Res<()> {
                 cfg.insert(k.clone(), j);
             }
         }
-        let mut e = json!({
-            "version": version,
-            "kind": h.get("kind").cloned().unwrap_or(J::Null),
-            "startTime": util::format_time(h.get("startTime").and_then(J::as_i64).unwrap_or(0)),
-            "message": h.get("message").cloned().unwrap_or(J::String(String::new())),
-            "environment": h.get("environment").cloned().unwrap_or(json!({})),
-            "config": cfg,
-            "result": h.get("result").cloned().unwrap_or(J::Null),
+        out.push(UpdateInfo {
+            version: *version,
+            kind: h.get("kind").cloned().unwrap_or(J::Null),
+            start_time: util::format_time(h.get("startTime").and_then(J::as_i64).unwrap_or(0)),
+            message: h
+                .get("message")
+                .cloned()
+                .unwrap_or(J::String(String::new())),
+            environment: h.get("environment").cloned().unwrap_or(json!({})),
+            config: J::Object(cfg),
+            result: h.get("result").cloned().unwrap_or(J::Null),
+            end_time: h.get("endTime").and_then(J::as_i64).map(util::format_time),
+            resource_changes: h.get("resourceChanges").cloned(),
         });
-        if let Some(t) = h.get("endTime").and_then(J::as_i64) {
-            e["endTime"] = J::String(util::format_time(t));
-        }
-        if let Some(rc) = h.get("resourceChanges") {
-            e["resourceChanges"] = rc.clone();
-        }
-        out.push(e);
     }
     if json_out {
-        print_json(&J::Array(out));
+        print!("{}", util::json_pretty(&out, 2));
         return Ok(());
     }
+    let out: Vec<J> = out
+        .iter()
+        .map(|u| serde_json::to_value(u).unwrap_or(J::Null))
+        .collect();
     if out.is_empty() {
         println!("Stack {} has never been updated", s.display_ref());
         return Ok(());

@@ -717,7 +717,6 @@ impl<'a> Engine<'a> {
         }
         msg.push_str("\nThese resources are in an unknown state because the Pulumi CLI was interrupted while waiting for changes to these resources to complete. You should confirm whether or not the operations listed completed successfully by checking the state of the appropriate provider. For example, if you are using AWS, you can confirm using the AWS Console.\n\nOnce you have confirmed the status of the interrupted operations, you can repair your stack using `pulumi refresh` which will refresh the state from the provider you are using and clear the pending operations if there are any.\n\nNote that `pulumi refresh` will need to be run interactively to clear pending CREATE operations.");
         self.diag(None, "warning", &msg);
-        self.say(&format!("warning: {msg}"));
     }
 }
 
@@ -832,6 +831,18 @@ impl Monitor for Engine<'_> {
                         new.outputs.insert(k.clone(), Val::secret(v));
                     }
                 }
+            }
+        }
+        if kind == Kind::Replace {
+            if let Some(o) = old.as_ref().filter(|o| o.protect) {
+                let msg = format!(
+                    "unable to replace resource \"{}\"\nas it is currently marked for protection. To unprotect the resource, remove the `protect` flag from the resource in your Pulumi program and run `pulumi up`, or use the command:\n`pulumi state unprotect '{}'`",
+                    o.urn, o.urn
+                );
+                self.diag(Some(&o.urn), "error", &msg);
+                self.failed = true;
+                self.done.push(o.clone());
+                return self.after_failure(StepFail::Failed(msg));
             }
         }
         if kind == Kind::Replace && reg.options.delete_before_replace && !self.dry {
@@ -1599,17 +1610,26 @@ fn run_locked(
     } else {
         "succeeded"
     };
-    log.emit(
-        "summaryEvent",
-        json!({
-            "maybeCorrupt": false,
-            "durationSeconds": secs,
-            "resourceChanges": out.changes,
-            "PolicyPacks": {},
-            "isPreview": dry,
-            "result": result,
-        }),
-    );
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Summary<'a> {
+        maybe_corrupt: bool,
+        duration_seconds: i64,
+        resource_changes: &'a BTreeMap<String, i64>,
+        #[serde(rename = "PolicyPacks")]
+        policy_packs: J,
+        is_preview: bool,
+        result: &'a str,
+    }
+    let summary = Summary {
+        maybe_corrupt: false,
+        duration_seconds: secs,
+        resource_changes: &out.changes,
+        policy_packs: json!({}),
+        is_preview: dry,
+        result,
+    };
+    log.emit_raw("summaryEvent", &serde_json::to_string(&summary)?);
     log.emit("cancelEvent", json!({}));
 
     if !quiet {

@@ -31,12 +31,20 @@ impl EventLog {
     }
 
     pub fn emit(&mut self, kind: &str, payload: J) {
-        let mut ev = serde_json::Map::new();
-        ev.insert("sequence".into(), json!(self.seq));
-        ev.insert("timestamp".into(), json!(crate::util::now_unix()));
-        ev.insert(kind.into(), payload);
+        self.emit_raw(kind, &payload.to_string());
+    }
+
+    /// Emits an event whose payload is already serialized JSON.
+    pub fn emit_raw(&mut self, kind: &str, payload: &str) {
+        // The envelope keeps Go's field order: sequence, timestamp, then the event kind.
+        let line = format!(
+            "{{\"sequence\":{},\"timestamp\":{},{}:{}}}\n",
+            self.seq,
+            crate::util::now_unix(),
+            json!(kind),
+            payload
+        );
         self.seq += 1;
-        let line = format!("{}\n", J::Object(ev));
         if let Some(f) = &mut self.file {
             let _ = f.write_all(line.as_bytes());
             let _ = f.flush();

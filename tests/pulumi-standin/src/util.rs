@@ -226,8 +226,7 @@ pub fn format_rfc3339(unix: i64) -> String {
 }
 
 /// Pretty JSON with the given indent and a trailing newline (Go's `json.MarshalIndent` + `\n`).
-pub fn json_pretty(v: &serde_json::Value, indent: usize) -> String {
-    use serde::Serialize;
+pub fn json_pretty<T: serde::Serialize + ?Sized>(v: &T, indent: usize) -> String {
     let ind = vec![b' '; indent];
     let fmt = serde_json::ser::PrettyFormatter::with_indent(&ind);
     let mut out = Vec::new();
