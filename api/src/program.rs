@@ -17,6 +17,7 @@ use crate::common::{any_json, any_json_list, any_json_map, is_false, string_enum
     version = "v1",
     kind = "Program",
     namespaced,
+    derive = "PartialEq",
     no_spec,
     status = "ProgramStatus",
     category = "pulumi",

@@ -16,6 +16,7 @@ use crate::common::{duration_string, string_enum, ProjectInfo};
     version = "v1alpha1",
     kind = "Update",
     namespaced,
+    derive = "PartialEq",
     status = "UpdateStatus",
     category = "pulumi",
     shortname = "pupd",

@@ -19,6 +19,7 @@ use crate::common::{
     version = "v1alpha1",
     kind = "Workspace",
     namespaced,
+    derive = "PartialEq",
     status = "WorkspaceStatus",
     category = "pulumi",
     shortname = "pws",
