@@ -353,14 +353,19 @@ impl<'a> Engine<'a> {
             .save_checkpoint(&self.s.project.name, &self.s.stack, &chk)
     }
 
-    fn sleep(&mut self, secs: f64) -> Result<(), StepFail> {
+    /// Sleeps as an in-flight step. A first signal lets the step finish (the engine waits for
+    /// in-flight steps) unless `abort_on_cancel`, which fails it with `context canceled`; a
+    /// second signal is a hard stop.
+    fn sleep(&mut self, secs: f64, abort_on_cancel: bool) -> Result<(), StepFail> {
         let end = Instant::now() + Duration::from_secs_f64(secs.max(0.0));
         while Instant::now() < end {
             if self.poll_signals() {
                 if self.hard {
                     return Err(StepFail::Hard);
                 }
-                return Err(StepFail::Failed("context canceled".into()));
+                if abort_on_cancel {
+                    return Err(StepFail::Failed("context canceled".into()));
+                }
             }
             let left = end.saturating_duration_since(Instant::now());
             std::thread::sleep(left.min(Duration::from_millis(25)));
@@ -432,7 +437,11 @@ impl<'a> Engine<'a> {
             "standin:index:Sleep" | "time:Sleep" | "time:index:Sleep" => {
                 let secs = Self::sleep_secs(typ, inputs, phase);
                 if secs > 0.0 {
-                    self.sleep(secs)?;
+                    let abort = inputs
+                        .get("abortOnCancel")
+                        .map(|v| v.unsecret() == Val::Bool(true))
+                        .unwrap_or(false);
+                    self.sleep(secs, abort)?;
                 }
             }
             _ => {}

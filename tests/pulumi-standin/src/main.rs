@@ -168,6 +168,11 @@ fn exit_status(code: i32) -> i32 {
 }
 
 fn main() {
+    // Like a Go program writing to a closed stdout: die of SIGPIPE instead of panicking.
+    // SAFETY: resetting a signal disposition to its default is always sound.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let result = cli::parse(&argv).and_then(|p| dispatch(&p));
     if let Err(f) = result {

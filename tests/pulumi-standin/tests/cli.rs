@@ -549,7 +549,7 @@ outputs:
 #[test]
 fn sigkill_leaves_lock_and_pending_operations() {
     let env = Env::new("sigkill");
-    env.program(SLEEPY);
+    env.program(&sleepy(30, false));
     env.ok(&["stack", "init", "dev"]);
     let mut child = env.spawn(&["up", "--yes", "--skip-preview", "--stack", "dev"]);
     env.wait_pending("sleepy", "dev", "::nap");
@@ -637,13 +637,19 @@ fn sigkill_leaves_lock_and_pending_operations() {
     assert!(export["deployment"].get("pending_operations").is_none());
 }
 
+fn sleepy(seconds: u32, abort: bool) -> String {
+    SLEEPY.replace(
+        "seconds: 30",
+        &format!("seconds: {seconds}\n      abortOnCancel: {abort}"),
+    )
+}
+
 #[test]
 fn sigint_mid_sleep_cancels_gracefully() {
     let env = Env::new("sigint");
-    env.program(SLEEPY);
+    env.program(&sleepy(3, false));
     env.ok(&["stack", "init", "dev"]);
     let log = env.dir.join("events.log");
-    let started = Instant::now();
     let child = env.spawn(&[
         "up",
         "--yes",
@@ -657,10 +663,6 @@ fn sigint_mid_sleep_cancels_gracefully() {
     // SAFETY: plain kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let out = child.wait_with_output().unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "the Sleep was not interrupted"
-    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(
@@ -669,7 +671,11 @@ fn sigint_mid_sleep_cancels_gracefully() {
         ),
         "{stdout}"
     );
-    assert!(stdout.contains("update canceled"), "{stdout}");
+    assert!(
+        stdout.contains("Note that terminating immediately may lead to orphaned resources"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("error: update canceled"), "{stdout}");
     let evs = events(&log);
     assert!(evs.last().unwrap().get("cancelEvent").is_some());
     assert_eq!(summary(&evs)["result"], "canceled");
@@ -679,7 +685,7 @@ fn sigint_mid_sleep_cancels_gracefully() {
     assert!(evs
         .iter()
         .any(|e| e["diagnosticEvent"]["message"] == "update canceled\n"));
-    // The lock is released, the finished step is in state, nothing is pending.
+    // The in-flight step finished, the lock is released, nothing is pending.
     assert_eq!(env.lock_files("sleepy", "dev"), 0);
     let chk = env.stack_json("sleepy", "dev");
     assert!(chk["checkpoint"]["latest"]
@@ -691,17 +697,73 @@ fn sigint_mid_sleep_cancels_gracefully() {
         .iter()
         .map(|r| r["urn"].as_str().unwrap())
         .collect();
-    assert!(urns.contains(&"urn:pulumi:dev::sleepy::standin:index:Record::first"));
-    assert!(!urns.iter().any(|u| u.ends_with("::nap")));
+    assert!(
+        urns.contains(&"urn:pulumi:dev::sleepy::standin:index:Sleep::nap"),
+        "{urns:?}"
+    );
     let hist = json(
         &env.ok(&["stack", "history", "--json", "--stack", "dev"])
             .stdout,
     );
     assert_eq!(hist[0]["result"], "failed");
+
+    // abortOnCancel: the in-flight Sleep fails with `context canceled` and is not created.
+    env.ok(&["destroy", "--yes", "--skip-preview", "--stack", "dev"]);
+    env.program(&sleepy(30, true));
+    let started = Instant::now();
+    let child = env.spawn(&["up", "--yes", "--skip-preview", "--stack", "dev"]);
+    env.wait_pending("sleepy", "dev", "::nap");
+    // SAFETY: as above.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the Sleep was not interrupted"
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("SIGTERM received; cancelling. If you would like to terminate immediately, send SIGTERM again."), "{stdout}");
+    assert!(stdout.contains("context canceled"), "{stdout}");
+    assert_eq!(env.lock_files("sleepy", "dev"), 0);
+    let chk = env.stack_json("sleepy", "dev");
+    let res = chk["checkpoint"]["latest"]["resources"].to_string();
+    assert!(!res.contains("::nap"), "{res}");
+
     // The next update proceeds.
-    env.program(&SLEEPY.replace("seconds: 30", "seconds: 0"));
+    env.program(&sleepy(0, false));
     let up = env.ok(&["up", "--yes", "--skip-preview", "--stack", "dev"]);
     assert!(up.stdout.contains("+ 1 created"), "{}", up.stdout);
+}
+
+#[test]
+fn second_sigint_is_a_hard_stop() {
+    let env = Env::new("hardstop");
+    env.program(&sleepy(30, false));
+    env.ok(&["stack", "init", "dev"]);
+    let started = Instant::now();
+    let child = env.spawn(&["up", "--yes", "--skip-preview", "--stack", "dev"]);
+    env.wait_pending("sleepy", "dev", "::nap");
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: as above.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(8), "{stdout}");
+    assert!(stdout.contains("^C received; terminating"), "{stdout}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "error: update cancelled\n"
+    );
+    // The lock and the pending operation stay behind.
+    assert_eq!(env.lock_files("sleepy", "dev"), 1);
+    let export = json(&env.ok(&["stack", "export", "--stack", "dev"]).stdout);
+    assert_eq!(
+        export["deployment"]["pending_operations"][0]["type"],
+        "creating"
+    );
 }
 
 #[test]
