@@ -7,6 +7,7 @@ pub mod common;
 pub mod crd;
 pub mod names;
 pub mod program;
+pub mod reference;
 pub mod stack;
 pub mod update;
 pub mod validation;

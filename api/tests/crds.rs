@@ -310,3 +310,18 @@ fn pod_template_is_a_preserved_object() {
     assert_eq!(pod_spec["type"], "object");
     assert_eq!(pod_spec["x-kubernetes-preserve-unknown-fields"], true);
 }
+
+#[test]
+fn checked_in_api_reference_is_up_to_date() {
+    let expected = pulumi_operator_api::reference::render().expect("reference renders");
+    let path = crds_dir()
+        .join("..")
+        .join(pulumi_operator_api::reference::REFERENCE_FILE);
+    let actual = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        actual == expected,
+        "{} is out of date with the Rust types in api/. Regenerate it from the repository root with:\n\n    \
+         cargo run -p pulumi-operator-api --bin crdgen\n",
+        path.display()
+    );
+}
