@@ -34,11 +34,25 @@ pub fn whoami(p: &Parsed) -> Res<()> {
     let b = backend::open_backend(project.as_ref())?;
     let user = user_for(&b);
     if p.bool("json") {
-        let mut o = json!({"user": user, "url": b.url});
-        if b.cloud {
-            o["organizations"] = json!([user]);
+        #[derive(serde::Serialize)]
+        struct WhoAmI {
+            user: String,
+            #[serde(skip_serializing_if = "Vec::is_empty")]
+            organizations: Vec<String>,
+            url: String,
         }
-        print_json(&o);
+        let organizations = if b.cloud { vec![user.clone()] } else { vec![] };
+        print!(
+            "{}",
+            util::json_pretty(
+                &WhoAmI {
+                    user,
+                    organizations,
+                    url: b.url
+                },
+                2
+            )
+        );
     } else {
         println!("{user}");
     }

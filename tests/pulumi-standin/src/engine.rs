@@ -1480,7 +1480,22 @@ pub fn run_op(p: &Parsed, op: Op) -> Res<()> {
     let lock = if dry {
         None
     } else {
-        Some(s.backend.lock(&s.project.name, &s.stack)?)
+        match s.backend.lock(&s.project.name, &s.stack) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                // The Cloud answers 409 after the banner is already on stdout.
+                if s.backend.cloud && !opts.json {
+                    let banner = match op {
+                        Op::Refresh => "Refreshing",
+                        Op::Destroy => "Destroying",
+                        _ => "Updating",
+                    };
+                    println!("{banner} ({}):", s.display_ref());
+                    println!();
+                }
+                return Err(e);
+            }
+        }
     };
     events::install_handlers();
     let result = run_locked(p, op, dry, skip_preview, &opts, &s, &secrets, &config);
@@ -1572,11 +1587,13 @@ fn run_locked(
         println!("{banner} ({label}):");
         println!();
         if s.backend.cloud && show_permalink {
-            println!(
-                "View Live: {}/previews/{}",
-                s.backend.console_url(&s.project.name, &s.stack),
-                util::uuid()
-            );
+            let console = s.backend.console_url(&s.project.name, &s.stack);
+            if dry {
+                println!("View Live: {console}/previews/{}", util::uuid());
+            } else {
+                let next = s.backend.history(&s.project.name, &s.stack).len() + 1;
+                println!("View Live: {console}/updates/{next}");
+            }
             println!();
         }
     }
@@ -1659,15 +1676,8 @@ fn run_locked(
             println!("Duration: {secs}s");
             println!();
         }
-        if show_permalink {
-            if s.backend.cloud {
-                println!(
-                    "View Live: {}",
-                    s.backend.console_url(&s.project.name, &s.stack)
-                );
-            } else {
-                println!("Permalink: {}", s.stack_json_url());
-            }
+        if show_permalink && !s.backend.cloud {
+            println!("Permalink: {}", s.stack_json_url());
         }
     } else if dry {
         // `preview --json`: a digest of the plan.

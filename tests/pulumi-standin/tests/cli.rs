@@ -1051,3 +1051,66 @@ fn targets_replace_and_protect() {
         .len();
     assert_eq!(n, 2, "the stack and the protected resource remain");
 }
+
+#[test]
+fn simulated_cloud_backend() {
+    let mut env = Env::new("cloud");
+    env.passphrase = None;
+    env.program(&sleepy(3, false).replace("name: sleepy", "name: web"));
+    let cloud = env.state();
+    let cmd = |args: &[&str]| {
+        let mut full = vec!["--non-interactive"];
+        full.extend_from_slice(args);
+        let mut c = env.command(&full);
+        c.env("PULUMI_BACKEND_URL", "https://api.pulumi.com")
+            .env("PULUMI_ACCESS_TOKEN", "pul-test")
+            .env("PULUMI_STANDIN_CLOUD_DIR", &cloud);
+        c
+    };
+    let run = |args: &[&str]| {
+        let o = cmd(args).output().unwrap();
+        Out {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    };
+    // The Cloud's default secrets provider needs no passphrase.
+    let init = run(&["stack", "init", "organization/web/dev"]);
+    assert_eq!(init.code, 0, "{}", init.stderr);
+    assert!(init.stderr.contains("Created stack 'organization/web/dev'"));
+    let child = cmd(&["up", "--yes", "--skip-preview", "--stack", "dev"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    env.wait_pending("web", "dev", "::nap");
+    let ls = json(&run(&["stack", "ls", "--json"]).stdout);
+    assert_eq!(ls[0]["updateInProgress"], true);
+    assert_eq!(ls[0]["url"], "https://app.pulumi.com/organization/web/dev");
+    let conflict = run(&["up", "--yes", "--skip-preview", "--stack", "dev"]);
+    assert_eq!(conflict.code, 1);
+    assert!(
+        conflict
+            .stdout
+            .starts_with("Updating (organization/web/dev):"),
+        "{}",
+        conflict.stdout
+    );
+    assert!(conflict.stderr.starts_with("error: [409] Conflict: Another update is currently in progress.\nTo learn more about possible reasons and resolution, visit https://www.pulumi.com/docs/support/troubleshooting/common-issues/update-conflicts/"), "{}", conflict.stderr);
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("View Live: https://app.pulumi.com/organization/web/dev/updates/1\n"),
+        "{stdout}"
+    );
+    let who = run(&["whoami", "--json"]);
+    assert_eq!(json(&who.stdout)["user"], "standin-user");
+    // No token: the non-interactive login error (exit 3).
+    let o = cmd(&["stack", "ls"])
+        .env_remove("PULUMI_ACCESS_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3));
+}
