@@ -712,16 +712,7 @@ fn open_config_session(p: &Parsed) -> Res<Session> {
 
 /// The secrets manager for writing secrets; creates a salt if the stack has none yet.
 fn writable_secrets(s: &mut Session) -> Res<Secrets> {
-    let sec = s.secrets()?;
-    if let Secrets::None = sec {
-        let Some(phrase) = crypto::read_passphrase()? else {
-            return err(crypto::MISSING_PASSPHRASE);
-        };
-        let (salt, c) = crypto::new_salt_state(&phrase);
-        s.stack_file.encryption_salt = Some(salt);
-        return Ok(Secrets::Ready(c));
-    }
-    Ok(sec)
+    s.writable_secrets()
 }
 
 fn display_key(key: &str, project: &str) -> String {

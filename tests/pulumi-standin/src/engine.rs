@@ -1470,9 +1470,9 @@ pub fn run_op(p: &Parsed, op: Op) -> Res<()> {
             ));
         }
     }
-    let secrets = s.secrets()?;
-    secrets.require_ready()?;
     s.ensure_salt_in_stack_file()?;
+    let secrets = s.writable_secrets()?;
+    secrets.require_ready()?;
     apply_config_flags(p, &mut s)?;
     let config = decode_config(&s.stack_file, &secrets)?;
 

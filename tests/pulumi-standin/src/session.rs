@@ -117,6 +117,22 @@ impl Session {
         Secrets::from_salt(self.salt().as_deref())
     }
 
+    /// The secrets manager for an operation that may write secrets: like the real CLI, a stack
+    /// without any passphrase state gets a new salt (which needs the passphrase).
+    pub fn writable_secrets(&mut self) -> Res<Secrets> {
+        let sec = self.secrets()?;
+        if let Secrets::None = sec {
+            let Some(phrase) = crate::crypto::read_passphrase()? else {
+                return crate::util::err(crate::crypto::MISSING_PASSPHRASE);
+            };
+            let (salt, c) = crate::crypto::new_salt_state(&phrase);
+            self.stack_file.encryption_salt = Some(salt);
+            self.stack_file.save()?;
+            return Ok(Secrets::Ready(c));
+        }
+        Ok(sec)
+    }
+
     /// Restores a missing `encryptionsalt` from the deployment into `Pulumi.<stack>.yaml`.
     pub fn ensure_salt_in_stack_file(&mut self) -> Res<()> {
         if self.stack_file.encryption_salt.is_none() {
