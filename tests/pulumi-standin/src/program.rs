@@ -1166,6 +1166,58 @@ outputs:
     }
 
     #[test]
+    fn functions_and_escapes() {
+        let src = r#"
+name: proj
+runtime: yaml
+variables:
+  parts:
+    fn::split: [",", "a,b,c"]
+  second:
+    fn::select: [1, "${parts}"]
+  b64:
+    fn::toBase64: hi
+  back:
+    fn::fromBase64: ${b64}
+outputs:
+  second: ${second}
+  back: ${back}
+  lit: "$${notARef} and ${pulumi.organization}"
+  idx: ${parts[2]}
+"#;
+        let (r, _) = run(src, &ctx(&[])).unwrap();
+        assert_eq!(r.outputs["second"], Val::Str("b".into()));
+        assert_eq!(r.outputs["back"], Val::Str("hi".into()));
+        assert_eq!(
+            r.outputs["lit"],
+            Val::Str("${notARef} and organization".into())
+        );
+        assert_eq!(r.outputs["idx"], Val::Str("c".into()));
+    }
+
+    #[test]
+    fn unknowns_propagate_in_previews() {
+        struct Planner;
+        impl Monitor for Planner {
+            fn register(&mut self, reg: Registration) -> RegResult {
+                let mut outs = reg.inputs.clone();
+                outs.insert("id".into(), Val::Unknown);
+                RegResult::Ok(outs)
+            }
+        }
+        let src = "name: p\nruntime: yaml\nresources:\n  a: {type: standin:index:Record}\noutputs:\n  x: pre-${a.id}\n  j:\n    fn::toJSON: [\"${a.id}\"]\n";
+        let doc: Y = serde_yaml::from_str(src).unwrap();
+        let Y::Mapping(pm) = doc.clone() else {
+            panic!()
+        };
+        let t = parse_template("Pulumi.yaml", &doc, &pm).unwrap();
+        let c = ctx(&[]);
+        let r = Evaluator::new(&t, &c).run(&mut Planner).unwrap();
+        assert_eq!(r.outputs["x"], Val::Unknown);
+        assert_eq!(r.outputs["j"], Val::Unknown);
+    }
+
+    #[test]
     fn unknown_references_and_cycles() {
         let e = run(
             "name: p\nruntime: yaml\noutputs:\n  x: ${nope}\n",
