@@ -6,6 +6,7 @@
 pub mod common;
 pub mod crd;
 pub mod names;
+pub mod plan;
 pub mod program;
 pub mod reference;
 pub mod stack;

@@ -1,0 +1,359 @@
+//! The contract between the operator and the runner, defined once for both sides: the
+//! [`RunPlan`] the operator writes for an Update (into the Secret `<update>-plan`, mounted in
+//! the Job at [`PLAN_FILE`]) and the [`RunResult`] the runner reports (as the termination
+//! message of its container, at most [`MAX_RESULT_BYTES`]).
+//!
+//! Secret values never travel in the plan's references: config read from Secrets and
+//! ConfigMaps is mounted as files (`valueFrom.path`) or passed as environment variables
+//! (`valueFrom.env`) by reference in the Job spec. Literal values written in the Stack itself
+//! (`spec.secrets`, `secretsRef` literals) are in the plan, which is itself a Secret.
+
+use crate::common::ProjectInfo;
+use crate::workspace::ConfigItem;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Where the plan is mounted in every container of an update Job.
+pub const PLAN_DIR: &str = "/var/run/pulumi-operator/plan";
+/// The plan file.
+pub const PLAN_FILE: &str = "/var/run/pulumi-operator/plan/plan.json";
+/// The key of the plan in its Secret.
+pub const PLAN_KEY: &str = "plan.json";
+/// Where a Program's rendered Pulumi.yaml is mounted (from the ConfigMap `<update>-program`).
+pub const PROGRAM_DIR: &str = "/var/run/pulumi-operator/program";
+/// The checkout of the source (git clone, unpacked artifact, Program) in the share volume.
+pub const SOURCE_DIR: &str = "/share/source";
+/// The project directory: `SOURCE_DIR` joined with the source's `dir` (a symlink, as in PKO).
+pub const WORKSPACE_DIR: &str = "/share/workspace";
+/// Where the bootstrap container puts the runner binary.
+pub const RUNNER_BINARY: &str = "/share/pulumi-runner";
+/// Kubernetes caps termination messages at 4096 bytes.
+pub const MAX_RESULT_BYTES: usize = 4096;
+
+/// The name of the plan Secret of an Update.
+pub fn plan_secret_name(update: &str) -> String {
+    format!("{update}-plan")
+}
+
+/// The name of the Program ConfigMap of an Update.
+pub fn program_config_map_name(update: &str) -> String {
+    format!("{update}-program")
+}
+
+/// The stack operation to run.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Operation {
+    Preview,
+    Up,
+    Refresh,
+    Destroy,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Preview => "preview",
+            Operation::Up => "up",
+            Operation::Refresh => "refresh",
+            Operation::Destroy => "destroy",
+        }
+    }
+}
+
+/// Where the program comes from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Source {
+    /// Clone `url` and check out exactly `commit` (a full SHA) — or `reference` (a branch or tag
+    /// name) when no commit is known; `shallow` asks for a depth-1 fetch.
+    #[serde(rename_all = "camelCase")]
+    Git {
+        url: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        commit: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reference: Option<String>,
+        #[serde(default)]
+        shallow: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dir: Option<String>,
+    },
+    /// Download a tar.gz artifact (Flux style), verify its digest (`sha256:<hex>`), unpack it.
+    #[serde(rename_all = "camelCase")]
+    Flux {
+        url: String,
+        digest: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dir: Option<String>,
+    },
+    /// Copy the rendered Pulumi.yaml of a Program (mounted at [`PROGRAM_DIR`]).
+    #[serde(rename_all = "camelCase")]
+    Program { file: String },
+    /// The program is already in the image, at `dir`.
+    #[serde(rename_all = "camelCase")]
+    Local { dir: String },
+    /// No program at all: write a minimal Pulumi.yaml with this project (destroy without source).
+    #[serde(rename_all = "camelCase")]
+    ProjectInfo { name: String, runtime: String },
+}
+
+/// The Pulumi stack to select and how to prepare it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct StackPlan {
+    /// The fully qualified stack name (`org/project/stack` or `stack`).
+    pub name: String,
+    /// Create the stack when it does not exist (false with `useLocalStackOnly`).
+    pub create: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets_provider: Option<String>,
+    /// ESC environments to add to the stack.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub environment: Vec<String>,
+    /// Configuration, applied in order (`config`, `configRef`, `secrets`, `secretsRef`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub config: Vec<ConfigItem>,
+}
+
+/// Flags of the operation (from the Update spec and the Stack).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationOptions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub expect_no_changes: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replace: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub target: Vec<String>,
+    #[serde(default)]
+    pub target_dependents: bool,
+    #[serde(default)]
+    pub refresh: bool,
+    /// With `refresh`: fail when the refresh finds changes (`expectNoRefreshChanges`).
+    #[serde(default)]
+    pub expect_no_refresh_changes: bool,
+    #[serde(default)]
+    pub continue_on_error: bool,
+    /// With destroy: also remove the stack and its config.
+    #[serde(default)]
+    pub remove: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_program: Option<bool>,
+    /// Retry the operation (after `pulumi cancel`-free waiting) when the stack is locked by
+    /// another update (`retryOnUpdateConflict`).
+    #[serde(default)]
+    pub retry_on_update_conflict: bool,
+}
+
+/// Everything the runner needs to run one Update.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RunPlan {
+    /// The Update's name, namespace and UID (the outputs Secret is owned by the Update).
+    pub update_name: String,
+    pub namespace: String,
+    pub update_uid: String,
+    pub operation: Operation,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Source>,
+    pub stack: StackPlan,
+    #[serde(default)]
+    pub options: OperationOptions,
+    /// The Secret to write the stack outputs into (`<update>-stack-outputs`).
+    pub outputs_secret: String,
+    /// Labels to put on the outputs Secret (e.g. `pulumi.com/stack-name`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub outputs_labels: BTreeMap<String, String>,
+    /// Verbosity of Pulumi's own logs (`-v`), 0 for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pulumi_log_level: Option<u32>,
+}
+
+/// How the run ended.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Succeeded,
+    Failed,
+}
+
+/// Why a run failed, classified from Pulumi's output and exit code (pulumi-cli-contract.md §4).
+/// Serialized as PascalCase strings; they become the Update's `Failed` condition reason.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureReason {
+    /// The program could not be fetched (clone, checkout, download, digest).
+    SourceUnavailable,
+    /// The plan or the configuration could not be applied.
+    ConfigInvalid,
+    /// The stack does not exist and may not be created (`useLocalStackOnly`).
+    StackNotFound,
+    /// Another update holds the stack's lock (HTTP 409 / "conflict").
+    UpdateConflict,
+    /// An earlier update was interrupted and left pending operations.
+    PendingOperations,
+    /// The program failed to compile or evaluate.
+    CompileError,
+    /// `expectNoChanges` (or `expectNoRefreshChanges`) and there were changes.
+    ExpectedNoChanges,
+    /// Bad or missing Pulumi Cloud credentials.
+    InvalidAccessToken,
+    /// The run was stopped (SIGTERM: pod deleted, deadline) and Pulumi was interrupted.
+    Interrupted,
+    /// The outputs could not be written to the outputs Secret (RBAC).
+    PermissionDenied,
+    /// Pulumi failed for another reason (see the message and the logs).
+    UpdateFailed,
+}
+
+impl FailureReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::SourceUnavailable => "SourceUnavailable",
+            FailureReason::ConfigInvalid => "ConfigInvalid",
+            FailureReason::StackNotFound => "StackNotFound",
+            FailureReason::UpdateConflict => "UpdateConflict",
+            FailureReason::PendingOperations => "PendingOperations",
+            FailureReason::CompileError => "CompileError",
+            FailureReason::ExpectedNoChanges => "ExpectedNoChanges",
+            FailureReason::InvalidAccessToken => "InvalidAccessToken",
+            FailureReason::Interrupted => "Interrupted",
+            FailureReason::PermissionDenied => "PermissionDenied",
+            FailureReason::UpdateFailed => "UpdateFailed",
+        }
+    }
+}
+
+/// The summary of an operation (`pulumi stack history --json`, first entry).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resource_changes: BTreeMap<String, i64>,
+}
+
+/// What the runner reports: the termination message of the container that ended the run.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RunResult {
+    pub outcome: Outcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<FailureReason>,
+    /// A short human-readable message, free of secret values.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permalink: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<Summary>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<ProjectInfo>,
+    /// The outputs Secret written (absent when the operation has no outputs to report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs: Option<String>,
+}
+
+impl RunResult {
+    pub fn failed(reason: FailureReason, message: impl Into<String>) -> RunResult {
+        RunResult {
+            outcome: Outcome::Failed,
+            reason: Some(reason),
+            message: message.into(),
+            permalink: None,
+            summary: None,
+            project: None,
+            outputs: None,
+        }
+    }
+
+    /// The termination message: JSON, shortened (message first) to fit [`MAX_RESULT_BYTES`].
+    pub fn to_termination_message(&self) -> String {
+        let mut result = self.clone();
+        loop {
+            let text = serde_json::to_string(&result)
+                .unwrap_or_else(|_| String::from("{\"outcome\":\"failed\"}"));
+            if text.len() <= MAX_RESULT_BYTES {
+                return text;
+            }
+            if result.message.len() > 64 {
+                let keep = result.message.len()
+                    - (text.len() - MAX_RESULT_BYTES).min(result.message.len() - 64)
+                    - 3;
+                let mut cut = keep;
+                while !result.message.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                result.message.truncate(cut);
+                result.message.push_str("...");
+            } else if result.summary.take().is_none() {
+                result.permalink = None;
+                result.project = None;
+            }
+        }
+    }
+
+    /// Parses a termination message; `None` when it is not a runner result.
+    pub fn from_termination_message(text: &str) -> Option<RunResult> {
+        serde_json::from_str(text.trim()).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_round_trips_with_tagged_source() {
+        let plan = RunPlan {
+            update_name: "s-1".into(),
+            namespace: "ns".into(),
+            update_uid: "uid".into(),
+            operation: Operation::Up,
+            source: Some(Source::Git {
+                url: "https://example.com/r.git".into(),
+                commit: Some("a".repeat(40)),
+                reference: None,
+                shallow: true,
+                dir: Some("app".into()),
+            }),
+            stack: StackPlan {
+                name: "dev".into(),
+                create: true,
+                ..Default::default()
+            },
+            options: OperationOptions {
+                refresh: true,
+                ..Default::default()
+            },
+            outputs_secret: "s-1-stack-outputs".into(),
+            outputs_labels: BTreeMap::new(),
+            pulumi_log_level: None,
+        };
+        let text = serde_json::to_string(&plan).unwrap();
+        assert!(text.contains(r#""kind":"git""#), "{text}");
+        assert!(text.contains(r#""operation":"up""#), "{text}");
+        assert_eq!(serde_json::from_str::<RunPlan>(&text).unwrap(), plan);
+    }
+
+    #[test]
+    fn result_fits_the_termination_message_limit() {
+        let mut r = RunResult::failed(FailureReason::UpdateFailed, "x".repeat(10_000));
+        r.summary = Some(Summary {
+            result: Some("failed".into()),
+            resource_changes: BTreeMap::new(),
+        });
+        let text = r.to_termination_message();
+        assert!(text.len() <= MAX_RESULT_BYTES, "{}", text.len());
+        let back = RunResult::from_termination_message(&text).unwrap();
+        assert_eq!(back.reason, Some(FailureReason::UpdateFailed));
+        assert!(back.message.ends_with("..."));
+        assert!(text.contains(r#""reason":"UpdateFailed""#));
+        assert!(RunResult::from_termination_message("not json").is_none());
+    }
+}
