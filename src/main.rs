@@ -7,8 +7,11 @@ mod controller;
 mod error;
 mod http;
 mod leader;
+mod merge;
 mod metrics;
+mod stack;
 mod telemetry;
+mod update;
 
 use anyhow::Context as _;
 use clap::Parser;

@@ -1,0 +1,599 @@
+//! The objects a Stack reconcile creates, built by pure functions: the Workspace (the
+//! execution template of the stack's Jobs, PKO's shape) and the Update (one operation, with a
+//! name derived from what triggered it).
+
+use k8s_openapi::api::core::v1::{
+    ConfigMapEnvSource, EnvFromSource, EnvVar, EnvVarSource, SecretEnvSource, SecretKeySelector,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::{Resource, ResourceExt};
+use pulumi_operator_api::names;
+use pulumi_operator_api::validation::GitRevision;
+use pulumi_operator_api::{
+    ConfigItem, ConfigValueFrom, ResourceSelectorType, Stack, Update, UpdateSpec, UpdateType,
+    Workspace, WorkspaceFluxSource, WorkspaceGitSource, WorkspaceSpec, WorkspaceStack,
+};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+/// Annotations through which a Stack passes options PKO's Update spec has no field for.
+pub const RETRY_ON_CONFLICT_ANNOTATION: &str = "pulumi.com/retry-on-update-conflict";
+pub const EXPECT_NO_REFRESH_CHANGES_ANNOTATION: &str = "pulumi.com/expect-no-refresh-changes";
+/// Program sources are referenced from the Workspace with this URL scheme.
+pub const PROGRAM_SCHEME: &str = "program://";
+
+const CONFIGMAP_MOUNT_ROOT: &str = "/var/run/configmaps/stacks.pulumi.com/configmaps";
+const SECRET_MOUNT_ROOT: &str = "/var/run/secrets/stacks.pulumi.com/secrets";
+
+/// The source revision a reconcile resolved for a Stack.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ResolvedSource {
+    Git {
+        url: String,
+        commit: String,
+        dir: Option<String>,
+        shallow: bool,
+    },
+    Program {
+        name: String,
+        digest: String,
+    },
+    Flux {
+        url: String,
+        digest: String,
+        dir: Option<String>,
+        revision: String,
+    },
+    None,
+}
+
+impl ResolvedSource {
+    /// What `lastAttemptedCommit` / `lastSuccessfulCommit` record.
+    pub fn revision(&self) -> &str {
+        match self {
+            ResolvedSource::Git { commit, .. } => commit,
+            ResolvedSource::Program { digest, .. } => digest,
+            ResolvedSource::Flux { revision, .. } => revision,
+            ResolvedSource::None => "",
+        }
+    }
+}
+
+/// The commit of a `commit:` pin (no network needed), or `None` when the branch must be
+/// looked up.
+pub fn pinned_commit(stack: &Stack) -> Option<String> {
+    match stack.spec.git.revision() {
+        Some(GitRevision::Commit(c)) => Some(c.to_string()),
+        _ => None,
+    }
+}
+
+pub fn labels(stack_name: &str) -> BTreeMap<String, String> {
+    [
+        (
+            names::COMPONENT_LABEL.to_string(),
+            names::COMPONENT_STACK.to_string(),
+        ),
+        (names::STACK_NAME_LABEL.to_string(), stack_name.to_string()),
+    ]
+    .into()
+}
+
+fn controller_ref(stack: &Stack) -> Option<OwnerReference> {
+    stack.controller_owner_ref(&())
+}
+
+fn secret_ref(name: &str, key: &str, optional: Option<bool>) -> EnvVarSource {
+    EnvVarSource {
+        secret_key_ref: Some(SecretKeySelector {
+            name: name.into(),
+            key: key.into(),
+            optional,
+        }),
+        ..Default::default()
+    }
+}
+
+/// The Workspace of a Stack: image, identity, environment, source at the resolved revision,
+/// the stack's configuration, and the user's `workspaceTemplate` on top.
+pub fn build_workspace(stack: &Stack, source: &ResolvedSource) -> Workspace {
+    let spec = &stack.spec;
+    let name = stack.name_any();
+    let mut env: Vec<EnvVar> = Vec::new();
+    if let Some(backend) = spec.backend.as_ref().filter(|b| !b.is_empty()) {
+        env.push(EnvVar {
+            name: "PULUMI_BACKEND_URL".into(),
+            value: Some(backend.clone()),
+            ..Default::default()
+        });
+    }
+    if let Some(secret) = spec.access_token_secret.as_ref().filter(|s| !s.is_empty()) {
+        env.push(EnvVar {
+            name: "PULUMI_ACCESS_TOKEN".into(),
+            value_from: Some(secret_ref(secret, "accessToken", None)),
+            ..Default::default()
+        });
+    }
+    for (key, r) in spec.env_refs.iter().flatten() {
+        let var = match (&r.selector_type, &r.literal, &r.secret) {
+            (ResourceSelectorType::Literal, Some(l), _) => EnvVar {
+                name: key.clone(),
+                value: Some(l.value.clone()),
+                ..Default::default()
+            },
+            (ResourceSelectorType::Secret, _, Some(s)) => EnvVar {
+                name: key.clone(),
+                value_from: Some(secret_ref(&s.name, &s.key, None)),
+                ..Default::default()
+            },
+            // Rejected by validation before we get here.
+            _ => continue,
+        };
+        env.retain(|e| e.name != var.name);
+        env.push(var);
+    }
+    let mut env_from: Vec<EnvFromSource> = Vec::new();
+    for cm in spec.envs.iter().flatten() {
+        env_from.push(EnvFromSource {
+            config_map_ref: Some(ConfigMapEnvSource {
+                name: cm.clone(),
+                optional: None,
+            }),
+            ..Default::default()
+        });
+    }
+    for s in spec.env_secrets.iter().flatten() {
+        env_from.push(EnvFromSource {
+            secret_ref: Some(SecretEnvSource {
+                name: s.clone(),
+                optional: None,
+            }),
+            ..Default::default()
+        });
+    }
+
+    // Configuration, in PKO's order: config, configRef, secrets, secretsRef (sorted keys each).
+    let mut config: Vec<ConfigItem> = Vec::new();
+    let mut volumes: Vec<Value> = Vec::new();
+    let mut mounts: Vec<Value> = Vec::new();
+    let mut add_volume = |volume: Value, mount: Value| {
+        if !volumes.iter().any(|v| v["name"] == volume["name"]) {
+            volumes.push(volume);
+            mounts.push(mount);
+        }
+    };
+    for (key, value) in spec.config.iter().flatten() {
+        config.push(ConfigItem {
+            key: key.clone(),
+            value: Some(value.clone()),
+            secret: Some(false),
+            ..Default::default()
+        });
+    }
+    for (key, r) in spec.effective_config_refs() {
+        let vol = format!("configmap-{}", r.name);
+        let dir = format!("{CONFIGMAP_MOUNT_ROOT}/{}", r.name);
+        add_volume(
+            json!({"name": vol, "configMap": {"name": r.name}}),
+            json!({"name": vol, "mountPath": dir, "readOnly": true}),
+        );
+        config.push(ConfigItem {
+            key: key.to_string(),
+            value_from: Some(ConfigValueFrom {
+                path: Some(format!("{dir}/{}", r.key)),
+                json: r.json,
+                env: None,
+            }),
+            secret: Some(false),
+            ..Default::default()
+        });
+    }
+    for (key, value) in spec.secrets.iter().flatten() {
+        config.push(ConfigItem {
+            key: key.clone(),
+            value: Some(Value::String(value.clone())),
+            secret: Some(true),
+            ..Default::default()
+        });
+    }
+    for (key, r) in spec.effective_secrets_refs() {
+        match (&r.selector_type, &r.literal, &r.secret) {
+            (ResourceSelectorType::Literal, Some(l), _) => config.push(ConfigItem {
+                key: key.to_string(),
+                value: Some(Value::String(l.value.clone())),
+                secret: Some(true),
+                ..Default::default()
+            }),
+            (ResourceSelectorType::Secret, _, Some(s)) => {
+                let vol = format!("secret-{}", s.name);
+                let dir = format!("{SECRET_MOUNT_ROOT}/{}", s.name);
+                add_volume(
+                    json!({"name": vol, "secret": {"secretName": s.name}}),
+                    json!({"name": vol, "mountPath": dir, "readOnly": true}),
+                );
+                config.push(ConfigItem {
+                    key: key.to_string(),
+                    value_from: Some(ConfigValueFrom {
+                        path: Some(format!("{dir}/{}", s.key)),
+                        json: None,
+                        env: None,
+                    }),
+                    secret: Some(true),
+                    ..Default::default()
+                });
+            }
+            _ => {}
+        }
+    }
+
+    let (git, flux) = match source {
+        ResolvedSource::Git {
+            url,
+            commit,
+            dir,
+            shallow,
+        } => (
+            Some(WorkspaceGitSource {
+                url: Some(url.clone()),
+                git_ref: Some(commit.clone()),
+                dir: dir.clone(),
+                shallow: *shallow,
+                ..Default::default()
+            }),
+            None,
+        ),
+        ResolvedSource::Program { name, digest } => (
+            None,
+            Some(WorkspaceFluxSource {
+                url: Some(format!(
+                    "{PROGRAM_SCHEME}{}/{name}",
+                    stack.namespace().unwrap_or_default()
+                )),
+                digest: Some(digest.clone()),
+                dir: None,
+            }),
+        ),
+        ResolvedSource::Flux {
+            url, digest, dir, ..
+        } => (
+            None,
+            Some(WorkspaceFluxSource {
+                url: Some(url.clone()),
+                digest: Some(digest.clone()),
+                dir: dir.clone(),
+            }),
+        ),
+        ResolvedSource::None => (None, None),
+    };
+
+    let pod_template = (!volumes.is_empty()).then(|| {
+        serde_json::from_value(json!({
+            "spec": {"volumes": volumes, "containers": [{"name": names::PULUMI_CONTAINER, "volumeMounts": mounts}]}
+        }))
+        .unwrap_or_default()
+    });
+    let mut ws_spec = WorkspaceSpec {
+        service_account_name: spec.service_account_name.clone().filter(|s| !s.is_empty()),
+        git,
+        flux,
+        env: (!env.is_empty()).then_some(env),
+        env_from: (!env_from.is_empty()).then_some(env_from),
+        pod_template,
+        pulumi_log_level: spec.effective_pulumi_log_level(),
+        stacks: Some(vec![WorkspaceStack {
+            name: spec.stack.clone(),
+            create: Some(!spec.use_local_stack_only),
+            secrets_provider: spec.secrets_provider.clone().filter(|s| !s.is_empty()),
+            config: (!config.is_empty()).then_some(config),
+            environment: spec.environment.clone().filter(|e| !e.is_empty()),
+        }]),
+        ..Default::default()
+    };
+    let mut metadata = ObjectMeta {
+        name: Some(name.clone()),
+        namespace: stack.namespace(),
+        labels: Some(labels(&name)),
+        owner_references: controller_ref(stack).map(|o| vec![o]),
+        ..Default::default()
+    };
+    if let Some(template) = &spec.workspace_template {
+        if let Some(t) = &template.spec {
+            overlay_workspace(&mut ws_spec, t);
+        }
+        if let Some(m) = &template.metadata {
+            let labels = metadata.labels.get_or_insert_with(BTreeMap::new);
+            for (k, v) in m.labels.iter().flatten() {
+                labels.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+            if let Some(a) = &m.annotations {
+                metadata.annotations = Some(a.clone());
+            }
+        }
+    }
+    Workspace {
+        metadata,
+        spec: ws_spec,
+        status: None,
+    }
+}
+
+/// The user's `workspaceTemplate.spec` merged onto the generated spec (strategic merge).
+fn overlay_workspace(base: &mut WorkspaceSpec, patch: &WorkspaceSpec) {
+    let mut b = serde_json::to_value(&*base).unwrap_or(Value::Null);
+    let mut p = serde_json::to_value(patch).unwrap_or(Value::Null);
+    // The operator's stack entry always wins over a template's.
+    if let Some(obj) = p.as_object_mut() {
+        obj.remove("stacks");
+    }
+    crate::merge::merge(&mut b, &p);
+    if let Ok(merged) = serde_json::from_value(b) {
+        *base = merged;
+    }
+}
+
+/// The deterministic name of the Update for a trigger: a restarted operator computes the same
+/// name and finds the Update it already created instead of creating a second one.
+pub fn update_name(stack: &Stack, kind: &UpdateType, revision: &str) -> String {
+    let status = stack.status.as_ref();
+    let last = status
+        .and_then(|s| s.last_update.as_ref())
+        .and_then(|l| l.name.clone())
+        .unwrap_or_default();
+    let request = stack
+        .annotations()
+        .get(names::RECONCILIATION_REQUEST_ANNOTATION)
+        .cloned()
+        .unwrap_or_default();
+    let mut h = Sha256::new();
+    for part in [
+        stack.uid().unwrap_or_default().as_str(),
+        &stack.metadata.generation.unwrap_or(0).to_string(),
+        &request,
+        revision,
+        kind.as_str(),
+        &last,
+    ] {
+        h.update(part.as_bytes());
+        h.update([0u8]);
+    }
+    let hex: String = h
+        .finalize()
+        .iter()
+        .take(5)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{}-{hex}", stack.name_any())
+}
+
+/// The Update for a due operation (PKO's `newUp` / `newDestroy`), with `updateTemplate` on top.
+pub fn build_update(stack: &Stack, kind: UpdateType, reason: &str, revision: &str) -> Update {
+    let spec = &stack.spec;
+    let name = update_name(stack, &kind, revision);
+    let is_destroy = kind == UpdateType::Destroy;
+    let mut update_spec = UpdateSpec {
+        workspace_name: Some(stack.name_any()),
+        stack_name: Some(spec.stack.clone()),
+        update_type: Some(kind),
+        ttl_after_completed: Some(names::DEFAULT_UPDATE_TTL.into()),
+        message: Some(reason.to_string()),
+        operation_timeout_seconds: Some(spec.operation_timeout_seconds()),
+        ..Default::default()
+    };
+    if is_destroy {
+        update_spec.run_program = spec.run_program.then_some(true);
+    } else {
+        update_spec.target = spec.targets.clone().filter(|t| !t.is_empty());
+        update_spec.target_dependents = Some(spec.target_dependents);
+        update_spec.refresh = Some(spec.refresh);
+    }
+    let mut annotations = BTreeMap::new();
+    if spec.retry_on_update_conflict {
+        annotations.insert(RETRY_ON_CONFLICT_ANNOTATION.to_string(), "true".to_string());
+    }
+    if spec.expect_no_refresh_changes && spec.refresh && !is_destroy {
+        annotations.insert(
+            EXPECT_NO_REFRESH_CHANGES_ANNOTATION.to_string(),
+            "true".to_string(),
+        );
+    }
+    let mut update = Update {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: stack.namespace(),
+            labels: Some(labels(&stack.name_any())),
+            annotations: (!annotations.is_empty()).then_some(annotations),
+            owner_references: controller_ref(stack).map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: update_spec,
+        status: None,
+    };
+    if let Some(template) = &spec.update_template {
+        if let Some(t) = &template.spec {
+            let mut b = serde_json::to_value(&update.spec).unwrap_or(Value::Null);
+            let mut p = serde_json::to_value(t).unwrap_or(Value::Null);
+            if let Some(obj) = p.as_object_mut() {
+                // What the operator decided is not the template's to change.
+                for k in ["workspaceName", "stackName", "type"] {
+                    obj.remove(k);
+                }
+            }
+            crate::merge::merge(&mut b, &p);
+            if let Ok(s) = serde_json::from_value(b) {
+                update.spec = s;
+            }
+        }
+        if let Some(m) = &template.metadata {
+            let labels = update.metadata.labels.get_or_insert_with(BTreeMap::new);
+            for (k, v) in m.labels.iter().flatten() {
+                labels.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+            let annotations = update
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new);
+            for (k, v) in m.annotations.iter().flatten() {
+                annotations.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
+    }
+    update
+}
+
+/// Whether `obj` is controlled by `stack`.
+pub fn owned_by<K: Resource>(obj: &K, stack: &Stack) -> bool {
+    let uid = stack.uid();
+    obj.meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| Some(&o.uid) == uid.as_ref())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stack(extra: Value) -> Stack {
+        let mut base = json!({
+            "apiVersion": "pulumi.com/v1", "kind": "Stack",
+            "metadata": {"name": "web", "namespace": "apps", "uid": "u-1", "generation": 3},
+            "spec": {"stack": "org/web/dev"}
+        });
+        crate::merge::merge(&mut base, &json!({"spec": extra}));
+        serde_json::from_value(base).unwrap()
+    }
+
+    #[test]
+    fn workspace_carries_source_env_and_config_in_pko_order() {
+        let s = stack(json!({
+            "projectRepo": "https://git.example/app.git", "commit": "a".repeat(40), "repoDir": "infra", "shallow": true,
+            "backend": "file:///state",
+            "envRefs": {"PULUMI_CONFIG_PASSPHRASE": {"type": "Secret", "secret": {"name": "pp", "key": "pass"}},
+                        "MODE": {"type": "Literal", "literal": {"value": "fast"}}},
+            "envs": ["cm-env"], "envSecrets": ["sec-env"],
+            "config": {"b": 2, "a": {"nested": true}},
+            "configRef": {"c": {"name": "cfg", "key": "c.json", "json": true}},
+            "secrets": {"s": "plain-secret"},
+            "secretsRef": {"t": {"type": "Secret", "secret": {"name": "creds", "key": "token"}}},
+            "serviceAccountName": "pulumi", "useLocalStackOnly": true, "secretsProvider": "passphrase",
+            "workspaceTemplate": {"spec": {"image": "pulumi/pulumi:3.202.0-nonroot",
+                                           "env": [{"name": "EXTRA", "value": "1"}]}}
+        }));
+        let src = ResolvedSource::Git {
+            url: "https://git.example/app.git".into(),
+            commit: "a".repeat(40),
+            dir: Some("infra".into()),
+            shallow: true,
+        };
+        let ws = build_workspace(&s, &src);
+        assert_eq!(ws.metadata.name.as_deref(), Some("web"));
+        assert_eq!(
+            ws.metadata.labels.as_ref().unwrap()["pulumi.com/stack-name"],
+            "web"
+        );
+        assert_eq!(ws.metadata.owner_references.as_ref().unwrap()[0].uid, "u-1");
+        let spec = &ws.spec;
+        assert_eq!(spec.image.as_deref(), Some("pulumi/pulumi:3.202.0-nonroot"));
+        assert_eq!(spec.service_account_name.as_deref(), Some("pulumi"));
+        let git = spec.git.as_ref().unwrap();
+        assert_eq!(
+            (git.git_ref.as_deref(), git.dir.as_deref(), git.shallow),
+            (Some("a".repeat(40).as_str()), Some("infra"), true)
+        );
+        let env: Vec<&str> = spec
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|e| e.name.as_str())
+            .collect();
+        assert_eq!(
+            env,
+            [
+                "PULUMI_BACKEND_URL",
+                "MODE",
+                "PULUMI_CONFIG_PASSPHRASE",
+                "EXTRA"
+            ]
+        );
+        let pp = &spec.env.as_ref().unwrap()[2];
+        assert!(pp.value.is_none(), "secrets are references, never values");
+        assert_eq!(
+            pp.value_from
+                .as_ref()
+                .unwrap()
+                .secret_key_ref
+                .as_ref()
+                .unwrap()
+                .name,
+            "pp"
+        );
+        assert_eq!(spec.env_from.as_ref().unwrap().len(), 2);
+        let st = &spec.stacks.as_ref().unwrap()[0];
+        assert_eq!(
+            (st.name.as_str(), st.create, st.secrets_provider.as_deref()),
+            ("org/web/dev", Some(false), Some("passphrase"))
+        );
+        let keys: Vec<&str> = st
+            .config
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| c.key.as_str())
+            .collect();
+        assert_eq!(keys, ["a", "b", "c", "s", "t"]);
+        let c = &st.config.as_ref().unwrap()[2];
+        assert_eq!(
+            c.value_from.as_ref().unwrap().path.as_deref(),
+            Some("/var/run/configmaps/stacks.pulumi.com/configmaps/cfg/c.json")
+        );
+        let t = &st.config.as_ref().unwrap()[4];
+        assert_eq!(t.secret, Some(true));
+        assert_eq!(
+            t.value_from.as_ref().unwrap().path.as_deref(),
+            Some("/var/run/secrets/stacks.pulumi.com/secrets/creds/token")
+        );
+        let pod = serde_json::to_value(spec.pod_template.as_ref().unwrap()).unwrap();
+        assert_eq!(pod["spec"]["volumes"].as_array().unwrap().len(), 2);
+        assert_eq!(pod["spec"]["containers"][0]["name"], "pulumi");
+    }
+
+    #[test]
+    fn update_names_are_deterministic_per_trigger() {
+        let s = stack(json!({"projectRepo": "r", "commit": "c"}));
+        let a = update_name(&s, &UpdateType::Up, "c");
+        assert_eq!(a, update_name(&s, &UpdateType::Up, "c"));
+        assert!(a.starts_with("web-") && a.len() == "web-".len() + 10, "{a}");
+        assert_ne!(a, update_name(&s, &UpdateType::Up, "d"));
+        assert_ne!(a, update_name(&s, &UpdateType::Destroy, "c"));
+        let mut later = s.clone();
+        later.metadata.generation = Some(4);
+        assert_ne!(a, update_name(&later, &UpdateType::Up, "c"));
+    }
+
+    #[test]
+    fn update_spec_follows_pko_and_the_template() {
+        let s = stack(
+            json!({"projectRepo": "r", "commit": "c", "refresh": true, "targets": ["urn:a"], "retryOnUpdateConflict": true,
+                             "updateTemplate": {"spec": {"ttlAfterCompleted": "1h", "parallel": 4, "type": "destroy"},
+                                                "metadata": {"labels": {"team": "x"}}}}),
+        );
+        let u = build_update(&s, UpdateType::Up, "Initial stack update", "c");
+        assert_eq!(u.spec.update_type, Some(UpdateType::Up));
+        assert_eq!(u.spec.refresh, Some(true));
+        assert_eq!(u.spec.target, Some(vec!["urn:a".to_string()]));
+        assert_eq!(u.spec.ttl_after_completed.as_deref(), Some("1h"));
+        assert_eq!(u.spec.parallel, Some(4));
+        assert_eq!(u.spec.message.as_deref(), Some("Initial stack update"));
+        assert_eq!(u.metadata.labels.as_ref().unwrap()["team"], "x");
+        assert_eq!(
+            u.metadata.annotations.as_ref().unwrap()[RETRY_ON_CONFLICT_ANNOTATION],
+            "true"
+        );
+        let d = build_update(&s, UpdateType::Destroy, "Stack marked for deletion", "c");
+        assert_eq!(d.spec.target, None);
+        assert_eq!(d.spec.refresh, None);
+    }
+}

@@ -1,0 +1,446 @@
+//! Stack status, as PKO writes it: folding a finished Update into `lastUpdate` and `outputs`,
+//! and the Ready / Reconciling / Stalled conditions (pko-reference §2).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::ByteString;
+use pulumi_operator_api::names;
+use pulumi_operator_api::{
+    StackStatus, StackUpdateState, StackUpdateStateMessage, Update, UpdateType,
+};
+use std::collections::{BTreeMap, BTreeSet};
+
+fn condition(
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: i64,
+    now: &Time,
+) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: if ok {
+            names::STATUS_TRUE
+        } else {
+            names::STATUS_FALSE
+        }
+        .into(),
+        reason: reason.into(),
+        // The message is never empty: the API rejects empty strings in lists on some servers.
+        message: if message.is_empty() {
+            reason.into()
+        } else {
+            message.into()
+        },
+        last_transition_time: now.clone(),
+        observed_generation: Some(generation),
+    }
+}
+
+/// Replaces the conditions, keeping `lastTransitionTime` of those whose status did not change.
+fn set(conditions: &mut Vec<Condition>, wanted: Vec<Condition>, drop: &[&str]) {
+    let old = std::mem::take(conditions);
+    let keep_time = |c: Condition| match old
+        .iter()
+        .find(|o| o.type_ == c.type_ && o.status == c.status)
+    {
+        Some(o) => Condition {
+            last_transition_time: o.last_transition_time.clone(),
+            ..c
+        },
+        None => c,
+    };
+    let mut out: Vec<Condition> = old
+        .iter()
+        .filter(|o| !drop.contains(&o.type_.as_str()) && !wanted.iter().any(|w| w.type_ == o.type_))
+        .cloned()
+        .collect();
+    out.extend(wanted.into_iter().map(keep_time));
+    out.sort_by(|a, b| a.type_.cmp(&b.type_));
+    *conditions = out;
+}
+
+/// `Ready=True` ProcessingCompleted; Reconciling and Stalled removed.
+pub fn mark_ready(status: &mut StackStatus, generation: i64, now: &Time) {
+    let c = status.conditions.get_or_insert_with(Vec::new);
+    let ready = condition(
+        names::CONDITION_READY,
+        true,
+        names::REASON_PROCESSING_COMPLETED,
+        names::MESSAGE_PROCESSING_COMPLETED,
+        generation,
+        now,
+    );
+    set(
+        c,
+        vec![ready],
+        &[names::CONDITION_RECONCILING, names::CONDITION_STALLED],
+    );
+}
+
+/// `Reconciling=True` with `reason`; Ready=False NotReadyInProgress; Stalled removed.
+pub fn mark_reconciling(
+    status: &mut StackStatus,
+    reason: &str,
+    message: &str,
+    generation: i64,
+    now: &Time,
+) {
+    let c = status.conditions.get_or_insert_with(Vec::new);
+    let ready = condition(
+        names::CONDITION_READY,
+        false,
+        names::REASON_NOT_READY_IN_PROGRESS,
+        names::MESSAGE_NOT_READY_IN_PROGRESS,
+        generation,
+        now,
+    );
+    let rec = condition(
+        names::CONDITION_RECONCILING,
+        true,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    set(c, vec![ready, rec], &[names::CONDITION_STALLED]);
+}
+
+/// `Stalled=True` with `reason`; Ready=False NotReadyStalled; Reconciling removed.
+pub fn mark_stalled(
+    status: &mut StackStatus,
+    reason: &str,
+    message: &str,
+    generation: i64,
+    now: &Time,
+) {
+    let c = status.conditions.get_or_insert_with(Vec::new);
+    let ready = condition(
+        names::CONDITION_READY,
+        false,
+        names::REASON_NOT_READY_STALLED,
+        names::MESSAGE_NOT_READY_STALLED,
+        generation,
+        now,
+    );
+    let stalled = condition(
+        names::CONDITION_STALLED,
+        true,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    set(c, vec![ready, stalled], &[names::CONDITION_RECONCILING]);
+}
+
+/// The conditions that follow from the last finished update (PKO's `markStackResult`).
+pub fn mark_result(status: &mut StackStatus, generation: i64, now: &Time) {
+    let Some(last) = status.last_update.clone() else {
+        return;
+    };
+    if last.state == Some(StackUpdateStateMessage::Succeeded) {
+        mark_ready(status, generation, now);
+        return;
+    }
+    let failures = last.failures.unwrap_or(0);
+    let kind = last
+        .update_type
+        .as_ref()
+        .map(|t| t.as_str().to_string())
+        .unwrap_or_else(|| "update".into());
+    if failures >= names::MAX_UPDATE_FAILURES {
+        let msg = format!(
+            "{kind} failed {failures} times; not retrying until the spec or source changes"
+        );
+        mark_stalled(status, names::REASON_UPDATE_FAILED, &msg, generation, now);
+    } else if last.update_type == Some(UpdateType::Preview) {
+        mark_reconciling(
+            status,
+            names::REASON_PREVIEW_FAILED,
+            &format!("preview failed ({failures} attempt(s))"),
+            generation,
+            now,
+        );
+    } else {
+        mark_reconciling(
+            status,
+            names::REASON_RETRYING_AFTER_FAILURE,
+            &format!("{failures} update failure(s)"),
+            generation,
+            now,
+        );
+    }
+}
+
+/// The outputs Secret as `status.outputs`: each value is the output's JSON, secret outputs
+/// are the string `"[secret]"`.
+pub fn outputs_from_secret(
+    data: &BTreeMap<String, ByteString>,
+    secret_keys: &BTreeSet<String>,
+) -> BTreeMap<String, serde_json::Value> {
+    data.iter()
+        .map(|(k, v)| {
+            let value = if secret_keys.contains(k) {
+                serde_json::Value::String(names::SECRET_OUTPUT_PLACEHOLDER.into())
+            } else {
+                serde_json::from_slice(&v.0).unwrap_or_else(|_| {
+                    serde_json::Value::String(String::from_utf8_lossy(&v.0).into())
+                })
+            };
+            (k.clone(), value)
+        })
+        .collect()
+}
+
+/// Parses the `pulumi.com/secrets` annotation (a JSON array of keys).
+pub fn secret_keys(annotation: Option<&str>) -> BTreeSet<String> {
+    annotation
+        .and_then(|a| serde_json::from_str::<Vec<String>>(a).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .collect()
+}
+
+/// Whether an Update has finished (`Complete=True`).
+pub fn update_complete(update: &Update) -> bool {
+    update_condition(update, names::CONDITION_COMPLETE)
+        .is_some_and(|c| c.status == names::STATUS_TRUE)
+}
+
+pub fn update_failed(update: &Update) -> bool {
+    update_condition(update, names::CONDITION_FAILED)
+        .is_some_and(|c| c.status == names::STATUS_TRUE)
+}
+
+fn update_condition<'a>(update: &'a Update, kind: &str) -> Option<&'a Condition> {
+    update
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == kind)
+}
+
+/// Folds a finished Update into the status (PKO's `markStackFailed` / `markStackSucceeded`):
+/// `lastUpdate`, `outputs` (success only; stale values are kept, as in PKO), `projectInfo`, and
+/// clears `currentUpdate`. The failure count is the number of consecutive failures at the same
+/// generation and reconcile request (the first failure is 1).
+pub fn absorb(
+    status: &mut StackStatus,
+    update: &Update,
+    outputs: Option<BTreeMap<String, serde_json::Value>>,
+    now: &Time,
+) {
+    let current = status.current_update.take().unwrap_or_default();
+    let previous = status.last_update.clone().unwrap_or_default();
+    let generation = current.generation;
+    let request = current.reconcile_request.clone().unwrap_or_default();
+    let commit = current.commit.clone().unwrap_or_default();
+    let update_status = update.status.clone().unwrap_or_default();
+    let kind = update.spec.update_type.clone();
+    let base = StackUpdateState {
+        name: update.metadata.name.clone(),
+        update_type: kind,
+        generation,
+        reconcile_request: Some(request.clone()),
+        last_attempted_commit: Some(commit.clone()),
+        permalink: update_status.permalink.clone().filter(|p| !p.is_empty()),
+        last_resync_time: Some(now.clone()),
+        ..Default::default()
+    };
+    if update_failed(update) {
+        let same_trigger = previous.state == Some(StackUpdateStateMessage::Failed)
+            && previous.generation == generation
+            && previous.reconcile_request.as_deref().unwrap_or("") == request;
+        let failures = if same_trigger {
+            previous.failures.unwrap_or(0) + 1
+        } else {
+            1
+        };
+        status.last_update = Some(StackUpdateState {
+            state: Some(StackUpdateStateMessage::Failed),
+            message: update_status.message.clone().filter(|m| !m.is_empty()),
+            last_successful_commit: previous.last_successful_commit.clone(),
+            failures: Some(failures),
+            ..base
+        });
+    } else {
+        status.last_update = Some(StackUpdateState {
+            state: Some(StackUpdateStateMessage::Succeeded),
+            last_successful_commit: Some(commit),
+            failures: Some(0),
+            ..base
+        });
+        if let Some(outputs) = outputs {
+            status.outputs = Some(outputs);
+        }
+        if update_status.project_info.is_some() {
+            status.project_info = update_status.project_info.clone();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pulumi_operator_api::CurrentStackUpdate;
+
+    fn now() -> Time {
+        Time("2026-01-01T00:00:00Z".parse().unwrap())
+    }
+
+    fn finished(name: &str, failed: bool, message: &str) -> Update {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "auto.pulumi.com/v1alpha1", "kind": "Update",
+            "metadata": {"name": name},
+            "spec": {"type": "up", "stackName": "dev", "workspaceName": "s"},
+            "status": {
+                "message": message,
+                "permalink": "https://app.pulumi.com/o/p/dev/updates/3",
+                "projectInfo": {"name": "proj", "runtime": "yaml"},
+                "conditions": [
+                    {"type": "Complete", "status": "True", "reason": "Updated", "message": "done", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                    {"type": "Failed", "status": if failed {"True"} else {"False"}, "reason": "x", "message": "x", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                ]
+            }
+        }))
+        .unwrap()
+    }
+
+    fn running(commit: &str) -> StackStatus {
+        StackStatus {
+            current_update: Some(CurrentStackUpdate {
+                name: Some("s-1".into()),
+                generation: Some(4),
+                reconcile_request: Some("r".into()),
+                commit: Some(commit.into()),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn success_records_commit_outputs_and_project() {
+        let mut st = running("abc");
+        let outputs = [("url".to_string(), serde_json::json!("https://x"))].into();
+        absorb(&mut st, &finished("s-1", false, ""), Some(outputs), &now());
+        let last = st.last_update.as_ref().unwrap();
+        assert_eq!(last.state, Some(StackUpdateStateMessage::Succeeded));
+        assert_eq!(last.last_successful_commit.as_deref(), Some("abc"));
+        assert_eq!(last.last_attempted_commit.as_deref(), Some("abc"));
+        assert_eq!(last.generation, Some(4));
+        assert_eq!(last.reconcile_request.as_deref(), Some("r"));
+        assert_eq!(last.failures, Some(0));
+        assert_eq!(last.message, None);
+        assert!(st.current_update.is_none());
+        assert_eq!(st.outputs.as_ref().unwrap()["url"], "https://x");
+        assert_eq!(st.project_info.as_ref().unwrap().name, "proj");
+        mark_result(&mut st, 4, &now());
+        let ready = st
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("True", "ProcessingCompleted")
+        );
+    }
+
+    #[test]
+    fn consecutive_failures_count_and_stall_at_three() {
+        let mut st = running("abc");
+        st.last_update = Some(StackUpdateState {
+            last_successful_commit: Some("old".into()),
+            ..Default::default()
+        });
+        for n in 1..=3 {
+            absorb(
+                &mut st,
+                &finished(&format!("s-{n}"), true, "boom"),
+                None,
+                &now(),
+            );
+            let last = st.last_update.as_ref().unwrap();
+            assert_eq!(last.failures, Some(n));
+            assert_eq!(last.message.as_deref(), Some("boom"));
+            assert_eq!(last.last_successful_commit.as_deref(), Some("old"));
+            mark_result(&mut st, 4, &now());
+            st.current_update = running("abc").current_update;
+        }
+        let conds = st.conditions.as_ref().unwrap();
+        let stalled = conds.iter().find(|c| c.type_ == "Stalled").unwrap();
+        assert_eq!(stalled.reason, "UpdateFailed");
+        assert_eq!(
+            stalled.message,
+            "up failed 3 times; not retrying until the spec or source changes"
+        );
+        assert!(!conds.iter().any(|c| c.type_ == "Reconciling"));
+    }
+
+    #[test]
+    fn first_failures_retry_and_a_new_trigger_restarts_the_count() {
+        let mut st = running("abc");
+        absorb(&mut st, &finished("s-1", true, "boom"), None, &now());
+        mark_result(&mut st, 4, &now());
+        let rec = st
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "Reconciling")
+            .unwrap();
+        assert_eq!(
+            (rec.reason.as_str(), rec.message.as_str()),
+            ("RetryingAfterFailure", "1 update failure(s)")
+        );
+        let mut next = running("abc");
+        next.current_update.as_mut().unwrap().generation = Some(5);
+        st.current_update = next.current_update;
+        absorb(&mut st, &finished("s-2", true, "boom"), None, &now());
+        assert_eq!(st.last_update.as_ref().unwrap().failures, Some(1));
+    }
+
+    #[test]
+    fn transition_times_survive_unchanged_conditions() {
+        let mut st = StackStatus::default();
+        let t0 = now();
+        mark_ready(&mut st, 1, &t0);
+        let later = Time("2026-01-02T00:00:00Z".parse().unwrap());
+        mark_ready(&mut st, 1, &later);
+        assert_eq!(st.conditions.as_ref().unwrap()[0].last_transition_time, t0);
+        mark_reconciling(
+            &mut st,
+            "StackProcessing",
+            "stack is being processed",
+            1,
+            &later,
+        );
+        let ready = st
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(ready.last_transition_time, later);
+    }
+
+    #[test]
+    fn secret_outputs_are_masked() {
+        let data = [
+            ("password".to_string(), ByteString(b"\"hunter2\"".to_vec())),
+            ("count".to_string(), ByteString(b"3".to_vec())),
+        ]
+        .into();
+        let keys = secret_keys(Some(r#"["password"]"#));
+        let out = outputs_from_secret(&data, &keys);
+        assert_eq!(out["password"], "[secret]");
+        assert_eq!(out["count"], 3);
+        assert!(secret_keys(Some("not json")).is_empty());
+    }
+}

@@ -1,0 +1,538 @@
+//! Update → Job, as pure functions: the runner's plan (from the Workspace and the Update) and
+//! the Job whose pod has PKO's workspace shape: init containers `bootstrap` (copies the runner
+//! into the `share` volume) and `fetch` (puts the program in `/share/workspace`), then the
+//! `pulumi` container running the copied runner in the Workspace's image.
+
+use crate::stack::objects::{
+    EXPECT_NO_REFRESH_CHANGES_ANNOTATION, PROGRAM_SCHEME, RETRY_ON_CONFLICT_ANNOTATION,
+};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Resource, ResourceExt};
+use pulumi_operator_api::names;
+use pulumi_operator_api::plan::{self, Operation, OperationOptions, RunPlan, Source, StackPlan};
+use pulumi_operator_api::{SecurityProfile, Update, UpdateType, Workspace};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// What the operator contributes to every Job.
+#[derive(Clone, Debug)]
+pub struct JobConfig {
+    pub runner_image: String,
+    pub runner_pull_policy: String,
+}
+
+/// The label that ties a Job and its pod to their Update.
+pub const UPDATE_NAME_LABEL: &str = names::UPDATE_NAME_LABEL;
+
+/// PKO's grace period for a workspace pod, so that an interrupted Pulumi can stop cleanly.
+const TERMINATION_GRACE_SECONDS: i64 = 600;
+
+fn is_full_sha(s: &str) -> bool {
+    s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+pub fn operation(update: &Update) -> Result<Operation, String> {
+    match &update.spec.update_type {
+        Some(UpdateType::Up) => Ok(Operation::Up),
+        Some(UpdateType::Preview) => Ok(Operation::Preview),
+        Some(UpdateType::Refresh) => Ok(Operation::Refresh),
+        Some(UpdateType::Destroy) => Ok(Operation::Destroy),
+        Some(other) => Err(format!("unsupported update type {:?}", other.as_str())),
+        None => Err("spec.type is required (preview, up, refresh or destroy)".into()),
+    }
+}
+
+/// The runner's plan for an Update against a Workspace. The error explains what is invalid.
+pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, String> {
+    let operation = operation(update)?;
+    let stack_name = update
+        .spec
+        .stack_name
+        .clone()
+        .filter(|s| !s.is_empty())
+        .ok_or("spec.stackName is required")?;
+    let spec = &ws.spec;
+    let source = if let Some(git) = &spec.git {
+        let url = git
+            .url
+            .clone()
+            .filter(|u| !u.is_empty())
+            .ok_or("the Workspace's spec.git.url is empty")?;
+        let reference = git.effective_ref().map(str::to_string);
+        let (commit, reference) = match reference {
+            Some(r) if is_full_sha(&r) => (Some(r), None),
+            other => (None, other),
+        };
+        Some(Source::Git {
+            url,
+            commit,
+            reference,
+            shallow: git.shallow,
+            dir: git.dir.clone().filter(|d| !d.is_empty()),
+        })
+    } else if let Some(flux) = &spec.flux {
+        let url = flux.url.clone().unwrap_or_default();
+        if url.starts_with(PROGRAM_SCHEME) {
+            Some(Source::Program {
+                file: format!("{}/Pulumi.yaml", plan::PROGRAM_DIR),
+            })
+        } else {
+            Some(Source::Flux {
+                url,
+                digest: flux.digest.clone().unwrap_or_default(),
+                dir: flux.dir.clone().filter(|d| !d.is_empty()),
+            })
+        }
+    } else if let Some(local) = spec.local.as_ref().and_then(|l| l.dir.clone()) {
+        Some(Source::Local { dir: local })
+    } else {
+        spec.project_info.as_ref().map(|p| Source::ProjectInfo {
+            name: p.name.clone(),
+            runtime: p.runtime.clone(),
+        })
+    };
+    let ws_stack = spec.stacks.iter().flatten().find(|s| s.name == stack_name);
+    let stack = StackPlan {
+        name: stack_name.clone(),
+        // PKO's Update selects its stack with create=true; the Stack's `useLocalStackOnly`
+        // reaches us through the Workspace's stack entry.
+        create: ws_stack.and_then(|s| s.create).unwrap_or(true),
+        secrets_provider: ws_stack.and_then(|s| s.secrets_provider.clone()),
+        environment: ws_stack
+            .and_then(|s| s.environment.clone())
+            .unwrap_or_default(),
+        config: ws_stack.and_then(|s| s.config.clone()).unwrap_or_default(),
+    };
+    let s = &update.spec;
+    let annotation = |k: &str| update.annotations().get(k).is_some_and(|v| v == "true");
+    let options = OperationOptions {
+        parallel: s.parallel,
+        message: s.message.clone().filter(|m| !m.is_empty()),
+        expect_no_changes: s.expect_no_changes.unwrap_or(false),
+        replace: s.replace.clone().unwrap_or_default(),
+        target: s.target.clone().unwrap_or_default(),
+        target_dependents: s.target_dependents.unwrap_or(false),
+        refresh: s.refresh.unwrap_or(false),
+        expect_no_refresh_changes: annotation(EXPECT_NO_REFRESH_CHANGES_ANNOTATION),
+        continue_on_error: s.continue_on_error.unwrap_or(false),
+        remove: s.remove.unwrap_or(false),
+        run_program: s.run_program,
+        retry_on_update_conflict: annotation(RETRY_ON_CONFLICT_ANNOTATION),
+    };
+    let name = update.name_any();
+    let mut outputs_labels = BTreeMap::new();
+    if let Some(stack_label) = update.labels().get(names::STACK_NAME_LABEL) {
+        outputs_labels.insert(names::STACK_NAME_LABEL.to_string(), stack_label.clone());
+    }
+    Ok(RunPlan {
+        update_name: name.clone(),
+        namespace: update.namespace().unwrap_or_default(),
+        update_uid: update.uid().unwrap_or_default(),
+        operation,
+        source,
+        stack,
+        options,
+        outputs_secret: names::outputs_secret_name(&name),
+        outputs_labels,
+        pulumi_log_level: spec.pulumi_log_level.filter(|l| *l > 0),
+    })
+}
+
+/// Labels on the Job, its pod and the plan Secret.
+pub fn job_labels(update: &Update) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    if let Some(stack) = update.labels().get(names::STACK_NAME_LABEL) {
+        labels.insert(names::STACK_NAME_LABEL.to_string(), stack.clone());
+    }
+    labels.insert(
+        names::AUTO_COMPONENT_LABEL.to_string(),
+        names::AUTO_COMPONENT_UPDATE.to_string(),
+    );
+    labels.insert(UPDATE_NAME_LABEL.to_string(), update.name_any());
+    labels
+}
+
+fn owner(update: &Update) -> Value {
+    serde_json::to_value(update.controller_owner_ref(&())).unwrap_or(Value::Null)
+}
+
+/// The plan Secret (`<update>-plan`), owned by the Update.
+pub fn build_plan_secret(update: &Update, plan: &RunPlan) -> Result<Secret, serde_json::Error> {
+    let text = serde_json::to_string_pretty(plan)?;
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {
+            "name": plan::plan_secret_name(&update.name_any()),
+            "namespace": update.namespace(),
+            "labels": job_labels(update),
+            "ownerReferences": [owner(update)],
+        },
+        "type": "Opaque",
+        "stringData": {plan::PLAN_KEY: text},
+    }))
+}
+
+fn restricted_container_context() -> Value {
+    json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}})
+}
+
+/// The Job for an Update. `program` says whether the ConfigMap `<update>-program` is mounted.
+pub fn build_job(
+    update: &Update,
+    ws: &Workspace,
+    cfg: &JobConfig,
+    program: bool,
+) -> Result<Job, serde_json::Error> {
+    let name = update.name_any();
+    let spec = &ws.spec;
+    let labels = job_labels(update);
+    let profile = spec
+        .security_profile
+        .clone()
+        .unwrap_or(SecurityProfile::Restricted);
+    let restricted = profile != SecurityProfile::Baseline;
+    let image = spec
+        .image
+        .clone()
+        .filter(|i| !i.is_empty())
+        .unwrap_or_else(|| {
+            if restricted {
+                names::DEFAULT_IMAGE_RESTRICTED
+            } else {
+                names::DEFAULT_IMAGE_BASELINE
+            }
+            .to_string()
+        });
+    let share = json!({"name": names::SHARE_VOLUME, "mountPath": names::SHARE_MOUNT_PATH});
+    let plan_mount = json!({"name": "plan", "mountPath": plan::PLAN_DIR, "readOnly": true});
+    let program_mount =
+        json!({"name": "program", "mountPath": plan::PROGRAM_DIR, "readOnly": true});
+    let mut fetch_mounts = vec![share.clone(), plan_mount.clone()];
+    let mut volumes = vec![
+        json!({"name": names::SHARE_VOLUME, "emptyDir": {}}),
+        json!({"name": "plan", "secret": {"secretName": plan::plan_secret_name(&name)}}),
+    ];
+    if program {
+        fetch_mounts.push(program_mount);
+        volumes.push(
+            json!({"name": "program", "configMap": {"name": plan::program_config_map_name(&name)}}),
+        );
+    }
+    let pulumi_env_var = json!({"name": names::PULUMI_ENV_VAR, "value": names::PULUMI_ENV_FILE});
+    let mut env: Vec<Value> = spec
+        .env
+        .iter()
+        .flatten()
+        .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
+        .collect();
+    for (k, v) in [("PULUMI_HOME", json!({"value": "/share/.pulumi"}))] {
+        if !env.iter().any(|e| e["name"] == k) {
+            let mut var = json!({"name": k});
+            crate::merge::merge(&mut var, &v);
+            env.push(var);
+        }
+    }
+    env.push(json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}));
+    env.push(json!({"name": "POD_SA_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}}));
+    env.push(pulumi_env_var.clone());
+    let resources = match &spec.resources {
+        Some(r) => serde_json::to_value(r)?,
+        None => json!({
+            "requests": {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "1Gi"},
+            "limits": {"ephemeral-storage": "8Gi"}
+        }),
+    };
+    let runner = |stage: &str, mounts: Vec<Value>| {
+        json!({
+            "name": stage,
+            "image": cfg.runner_image,
+            "imagePullPolicy": cfg.runner_pull_policy,
+            "args": [stage],
+            "env": [pulumi_env_var.clone()],
+            "volumeMounts": mounts,
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+            "securityContext": restricted_container_context(),
+            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
+        })
+    };
+    let mut bootstrap = runner("bootstrap", vec![share.clone()]);
+    bootstrap["args"] = json!(["bootstrap", plan::RUNNER_BINARY]);
+    let mut pulumi = json!({
+        "name": names::PULUMI_CONTAINER,
+        "image": image,
+        "command": [plan::RUNNER_BINARY, "run"],
+        "env": env,
+        "volumeMounts": [share, plan_mount],
+        "resources": resources,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": restricted_container_context(),
+    });
+    if let Some(p) = spec.image_pull_policy.as_ref().filter(|p| !p.is_empty()) {
+        pulumi["imagePullPolicy"] = json!(p);
+    }
+    if let Some(env_from) = &spec.env_from {
+        pulumi["envFrom"] = serde_json::to_value(env_from)?;
+    }
+    let mut pod_security = json!({"seccompProfile": {"type": "RuntimeDefault"}});
+    if restricted {
+        pod_security = json!({"runAsNonRoot": true, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
+                              "seccompProfile": {"type": "RuntimeDefault"}});
+    }
+    let mut pod_spec = json!({
+        "restartPolicy": "Never",
+        "serviceAccountName": spec.service_account_name.clone().unwrap_or_else(|| names::DEFAULT_SERVICE_ACCOUNT.into()),
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "securityContext": pod_security,
+        "initContainers": [bootstrap, runner("fetch", fetch_mounts)],
+        "containers": [pulumi],
+        "volumes": volumes,
+    });
+    let mut pod_meta = json!({"labels": labels});
+    if let Some(template) = &spec.pod_template {
+        if let Some(user) = &template.spec {
+            crate::merge::merge(&mut pod_spec, user);
+        }
+        if let Some(meta) = &template.metadata {
+            let mut m = serde_json::to_value(meta)?;
+            crate::merge::merge(&mut m, &pod_meta);
+            pod_meta = m;
+        }
+    }
+    // User init containers (e.g. writing $PULUMI_ENV) see the share volume and PULUMI_ENV too.
+    if let Some(inits) = pod_spec["initContainers"].as_array_mut() {
+        for c in inits.iter_mut() {
+            let env = c["env"].as_array().cloned().unwrap_or_default();
+            if !env.iter().any(|e| e["name"] == names::PULUMI_ENV_VAR) {
+                let mut env = env;
+                env.push(pulumi_env_var.clone());
+                c["env"] = Value::Array(env);
+            }
+        }
+    }
+    if let Some(extra) = &spec.init_containers {
+        if let Some(inits) = pod_spec["initContainers"].as_array_mut() {
+            inits.extend(extra.iter().cloned());
+        }
+    }
+    let deadline = update
+        .spec
+        .operation_timeout_seconds
+        .filter(|s| *s > 0)
+        .unwrap_or(names::DEFAULT_OPERATION_TIMEOUT_SECONDS);
+    serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": update.namespace(),
+            "labels": labels,
+            "ownerReferences": [owner(update)],
+        },
+        "spec": {
+            // Retries belong to the Stack controller, which counts failures.
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": deadline,
+            "template": {"metadata": pod_meta, "spec": pod_spec},
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stack::objects::{build_update, build_workspace, ResolvedSource};
+    use pulumi_operator_api::Stack;
+
+    fn stack() -> Stack {
+        serde_json::from_value(json!({
+            "apiVersion": "pulumi.com/v1", "kind": "Stack",
+            "metadata": {"name": "web", "namespace": "apps", "uid": "u-1", "generation": 1},
+            "spec": {
+                "stack": "dev", "projectRepo": "https://git.example/app.git", "commit": "b".repeat(40), "repoDir": "infra",
+                "envRefs": {"PULUMI_CONFIG_PASSPHRASE": {"type": "Secret", "secret": {"name": "pp", "key": "pass"}}},
+                "backend": "file:///state", "serviceAccountName": "pulumi",
+                "secrets": {"token": "do-not-leak"},
+                "workspaceTemplate": {"spec": {"podTemplate": {"spec": {
+                    "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+                    "initContainers": [{"name": "extra", "image": "busybox", "command": ["sh", "-c", "echo A=1 >> $PULUMI_ENV"],
+                                        "volumeMounts": [{"name": "share", "mountPath": "/share"}]}]}}}}
+            }
+        }))
+        .unwrap()
+    }
+
+    fn update(s: &Stack) -> Update {
+        let mut u = build_update(s, UpdateType::Up, "Initial stack update", &"b".repeat(40));
+        u.metadata.uid = Some("upd-uid".into());
+        u
+    }
+
+    fn fixture() -> (Update, Workspace) {
+        let s = stack();
+        let src = ResolvedSource::Git {
+            url: "https://git.example/app.git".into(),
+            commit: "b".repeat(40),
+            dir: Some("infra".into()),
+            shallow: false,
+        };
+        (update(&s), build_workspace(&s, &src))
+    }
+
+    #[test]
+    fn plan_from_workspace_and_update() {
+        let (u, ws) = fixture();
+        let p = build_plan(&u, &ws).unwrap();
+        assert_eq!(p.operation, Operation::Up);
+        assert_eq!(p.update_uid, "upd-uid");
+        assert_eq!(p.outputs_secret, format!("{}-stack-outputs", u.name_any()));
+        assert_eq!(
+            p.source,
+            Some(Source::Git {
+                url: "https://git.example/app.git".into(),
+                commit: Some("b".repeat(40)),
+                reference: None,
+                shallow: false,
+                dir: Some("infra".into())
+            })
+        );
+        assert_eq!(p.stack.name, "dev");
+        assert!(p.stack.create);
+        assert_eq!(p.options.message.as_deref(), Some("Initial stack update"));
+        assert_eq!(p.outputs_labels["pulumi.com/stack-name"], "web");
+        let mut bad = u.clone();
+        bad.spec.update_type = Some(UpdateType::parse("explode"));
+        assert!(build_plan(&bad, &ws)
+            .unwrap_err()
+            .contains("unsupported update type"));
+    }
+
+    /// A snapshot of the Job, reviewed by reading: its shape is the compatibility surface
+    /// (container names, the share volume, PULUMI_ENV) and its security posture.
+    #[test]
+    fn job_snapshot() {
+        let (u, ws) = fixture();
+        let cfg = JobConfig {
+            runner_image: "ghcr.io/pulumi-operator-rs/runner:v0.1.0".into(),
+            runner_pull_policy: "IfNotPresent".into(),
+        };
+        let job = build_job(&u, &ws, &cfg, false).unwrap();
+        let v = serde_json::to_value(&job).unwrap();
+        let name = u.name_any();
+        assert_eq!(v["metadata"]["name"], name);
+        assert_eq!(v["metadata"]["ownerReferences"][0]["kind"], "Update");
+        assert_eq!(v["metadata"]["ownerReferences"][0]["controller"], true);
+        assert_eq!(v["metadata"]["labels"]["pulumi.com/stack-name"], "web");
+        assert_eq!(v["spec"]["backoffLimit"], 0);
+        assert_eq!(v["spec"]["activeDeadlineSeconds"], 14400);
+        let pod = &v["spec"]["template"];
+        assert_eq!(pod["metadata"]["labels"]["pulumi.com/stack-name"], "web");
+        assert_eq!(
+            pod["metadata"]["labels"]["auto.pulumi.com/update-name"],
+            name
+        );
+        let ps = &pod["spec"];
+        assert_eq!(ps["restartPolicy"], "Never");
+        assert_eq!(ps["serviceAccountName"], "pulumi");
+        assert_eq!(ps["terminationGracePeriodSeconds"], 600);
+        assert_eq!(ps["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(
+            ps["securityContext"]["seccompProfile"]["type"],
+            "RuntimeDefault"
+        );
+        assert_eq!(ps["tolerations"][0]["key"], "dedicated");
+        let inits: Vec<&str> = ps["initContainers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(inits, ["bootstrap", "fetch", "extra"]);
+        assert_eq!(
+            ps["initContainers"][0]["args"],
+            json!(["bootstrap", "/share/pulumi-runner"])
+        );
+        assert_eq!(ps["initContainers"][2]["env"][0]["name"], "PULUMI_ENV");
+        let c = &ps["containers"][0];
+        assert_eq!(c["name"], "pulumi");
+        assert_eq!(c["image"], "pulumi/pulumi:latest-nonroot");
+        assert_eq!(c["command"], json!(["/share/pulumi-runner", "run"]));
+        assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
+        assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+        assert_eq!(c["resources"]["requests"]["ephemeral-storage"], "1Gi");
+        let env: Vec<&str> = c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            env,
+            [
+                "PULUMI_BACKEND_URL",
+                "PULUMI_CONFIG_PASSPHRASE",
+                "PULUMI_HOME",
+                "POD_NAMESPACE",
+                "POD_SA_NAME",
+                "PULUMI_ENV"
+            ]
+        );
+        assert_eq!(c["env"][1]["valueFrom"]["secretKeyRef"]["name"], "pp");
+        let volumes: Vec<&str> = ps["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(volumes, ["share", "plan"]);
+        // No secret value anywhere in the Job.
+        assert!(!serde_json::to_string(&job).unwrap().contains("do-not-leak"));
+    }
+
+    #[test]
+    fn plan_secret_holds_the_plan_and_is_owned_by_the_update() {
+        let (u, ws) = fixture();
+        let p = build_plan(&u, &ws).unwrap();
+        let s = build_plan_secret(&u, &p).unwrap();
+        assert_eq!(
+            s.metadata.name.as_deref(),
+            Some(format!("{}-plan", u.name_any()).as_str())
+        );
+        assert_eq!(
+            s.metadata.owner_references.as_ref().unwrap()[0].uid,
+            "upd-uid"
+        );
+        let text = &s.string_data.as_ref().unwrap()["plan.json"];
+        let back: RunPlan = serde_json::from_str(text).unwrap();
+        assert_eq!(back, p);
+    }
+
+    #[test]
+    fn baseline_profile_and_program_source() {
+        let (u, mut ws) = fixture();
+        ws.spec.security_profile = Some(SecurityProfile::Baseline);
+        ws.spec.git = None;
+        ws.spec.flux = Some(pulumi_operator_api::WorkspaceFluxSource {
+            url: Some("program://apps/prog".into()),
+            digest: Some("sha256:x".into()),
+            dir: None,
+        });
+        let cfg = JobConfig {
+            runner_image: "r".into(),
+            runner_pull_policy: "Always".into(),
+        };
+        let v = serde_json::to_value(build_job(&u, &ws, &cfg, true).unwrap()).unwrap();
+        let ps = &v["spec"]["template"]["spec"];
+        assert!(ps["securityContext"].get("runAsNonRoot").is_none());
+        assert_eq!(ps["containers"][0]["image"], "pulumi/pulumi:latest");
+        assert_eq!(
+            ps["volumes"][2]["configMap"]["name"],
+            format!("{}-program", u.name_any())
+        );
+        assert_eq!(
+            build_plan(&u, &ws).unwrap().source,
+            Some(Source::Program {
+                file: "/var/run/pulumi-operator/program/Pulumi.yaml".into()
+            })
+        );
+    }
+}

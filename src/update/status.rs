@@ -1,0 +1,534 @@
+//! Update status from what Kubernetes and the runner report: the Job, its pod (container
+//! states and the runner's result in the termination message). Pure: the I/O loop feeds it.
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use pulumi_operator_api::names;
+use pulumi_operator_api::plan::{Outcome, RunResult};
+use pulumi_operator_api::{Update, UpdateStatus};
+
+/// How long a pod may wait on an image or configuration error before the Update fails.
+pub const STUCK_AFTER_SECONDS: i64 = 120;
+
+const STUCK_REASONS: &[&str] = &[
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+];
+
+/// The result of an operation, as far as it is known.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Progress {
+    /// Not finished; the message says what it waits for.
+    Running { message: String },
+    Succeeded {
+        result: RunResult,
+        end: Option<Time>,
+    },
+    Failed {
+        reason: String,
+        message: String,
+        result: Option<RunResult>,
+        end: Option<Time>,
+    },
+}
+
+/// The outcome of one container that ended, or `None` while it has not ended (or ended well
+/// without being the last).
+fn container_outcome(cs: &ContainerStatus, last: bool) -> Option<Progress> {
+    let t = cs.state.as_ref()?.terminated.as_ref()?;
+    let end = t.finished_at.clone();
+    let result = t
+        .message
+        .as_deref()
+        .and_then(RunResult::from_termination_message);
+    match (t.exit_code, result) {
+        (_, Some(r)) if r.outcome == Outcome::Failed => Some(Progress::Failed {
+            reason: r
+                .reason
+                .map(|x| x.as_str().to_string())
+                .unwrap_or_else(|| names::UPDATE_REASON_UPDATE_FAILED.into()),
+            message: if r.message.is_empty() {
+                format!("container {} failed", cs.name)
+            } else {
+                r.message.clone()
+            },
+            result: Some(r),
+            end,
+        }),
+        (0, Some(r)) if last => Some(Progress::Succeeded { result: r, end }),
+        (0, None) if last => Some(Progress::Failed {
+            reason: names::UPDATE_REASON_UNKNOWN.into(),
+            message: format!("container {} exited without reporting a result", cs.name),
+            result: None,
+            end,
+        }),
+        (0, _) => None,
+        (code, _) => {
+            let k8s_reason = t.reason.clone().unwrap_or_else(|| "Error".into());
+            let detail = t
+                .message
+                .clone()
+                .filter(|m| !m.trim().is_empty())
+                .map(|m| format!(": {}", m.trim()))
+                .unwrap_or_default();
+            Some(Progress::Failed {
+                reason: k8s_reason.clone(),
+                message: format!(
+                    "container {} terminated ({k8s_reason}, exit code {code}){detail}",
+                    cs.name
+                ),
+                result: None,
+                end,
+            })
+        }
+    }
+}
+
+fn seconds_since(t: Option<&Time>, now: jiff::Timestamp) -> i64 {
+    t.map(|t| now.duration_since(t.0).as_secs()).unwrap_or(0)
+}
+
+/// What the pod says about the operation.
+pub fn pod_progress(pod: &Pod, now: jiff::Timestamp) -> Progress {
+    let status = pod.status.clone().unwrap_or_default();
+    let inits = status.init_container_statuses.clone().unwrap_or_default();
+    let mains = status.container_statuses.clone().unwrap_or_default();
+    for cs in &inits {
+        if let Some(p) = container_outcome(cs, false) {
+            return p;
+        }
+    }
+    if let Some(cs) = mains.iter().find(|c| c.name == names::PULUMI_CONTAINER) {
+        if let Some(p) = container_outcome(cs, true) {
+            return p;
+        }
+    }
+    if status.phase.as_deref() == Some("Failed") {
+        let reason = status.reason.clone().unwrap_or_else(|| "PodFailed".into());
+        let message = status
+            .message
+            .clone()
+            .unwrap_or_else(|| "the pod failed".into());
+        return Progress::Failed {
+            reason: reason.clone(),
+            message: format!("pod {reason}: {message}"),
+            result: None,
+            end: None,
+        };
+    }
+    let age = seconds_since(pod.metadata.creation_timestamp.as_ref(), now);
+    for cs in inits.iter().chain(mains.iter()) {
+        if let Some(w) = cs.state.as_ref().and_then(|s| s.waiting.as_ref()) {
+            let reason = w.reason.clone().unwrap_or_default();
+            if STUCK_REASONS.contains(&reason.as_str()) {
+                let message = format!(
+                    "container {} is waiting: {reason}: {}",
+                    cs.name,
+                    w.message.clone().unwrap_or_default()
+                );
+                if age >= STUCK_AFTER_SECONDS {
+                    return Progress::Failed {
+                        reason,
+                        message,
+                        result: None,
+                        end: None,
+                    };
+                }
+                return Progress::Running { message };
+            }
+        }
+    }
+    let running = mains
+        .iter()
+        .any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+    Progress::Running {
+        message: if running {
+            "running the operation".into()
+        } else {
+            "preparing the operation (fetching the program)".into()
+        },
+    }
+}
+
+/// The progress of an Update from its Job and the Job's pods.
+pub fn progress(job: Option<&Job>, pods: &[&Pod], now: jiff::Timestamp) -> Progress {
+    let Some(job) = job else {
+        return Progress::Running {
+            message: "creating the Job".into(),
+        };
+    };
+    let newest = pods
+        .iter()
+        .max_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
+    let from_pod = newest.map(|p| pod_progress(p, now));
+    if let Some(p @ (Progress::Succeeded { .. } | Progress::Failed { .. })) = &from_pod {
+        return p.clone();
+    }
+    let failed = job
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Failed" && c.status == "True"));
+    if let Some(c) = failed {
+        let reason = c.reason.clone().unwrap_or_else(|| "JobFailed".into());
+        let message = match reason.as_str() {
+            "DeadlineExceeded" => format!(
+                "the operation exceeded its deadline of {}s (spec.operationTimeoutSeconds) and was stopped",
+                job.spec.as_ref().and_then(|s| s.active_deadline_seconds).unwrap_or(0)
+            ),
+            _ => c.message.clone().unwrap_or_else(|| format!("the Job failed: {reason}")),
+        };
+        return Progress::Failed {
+            reason,
+            message,
+            result: None,
+            end: c.last_transition_time.clone(),
+        };
+    }
+    from_pod.unwrap_or(Progress::Running {
+        message: "waiting for the Job's pod".into(),
+    })
+}
+
+fn cond(
+    kind: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    Condition {
+        type_: kind.into(),
+        status: if ok {
+            names::STATUS_TRUE
+        } else {
+            names::STATUS_FALSE
+        }
+        .into(),
+        reason: reason.into(),
+        message: if message.is_empty() {
+            reason.into()
+        } else {
+            message.into()
+        },
+        last_transition_time: now.clone(),
+        observed_generation: generation,
+    }
+}
+
+/// The Update's status for a progress, keeping transition times of unchanged conditions.
+pub fn status_for(
+    update: &Update,
+    progress: &Progress,
+    start: Option<Time>,
+    now: &Time,
+) -> UpdateStatus {
+    let generation = update.metadata.generation;
+    let old = update.status.clone().unwrap_or_default();
+    let mut st = UpdateStatus {
+        observed_generation: generation,
+        start_time: old.start_time.clone().or(start),
+        ..Default::default()
+    };
+    let conditions = match progress {
+        Progress::Running { message } => vec![
+            cond(
+                names::CONDITION_PROGRESSING,
+                true,
+                names::UPDATE_REASON_PROGRESSING,
+                message,
+                generation,
+                now,
+            ),
+            cond(
+                names::CONDITION_FAILED,
+                false,
+                names::UPDATE_REASON_PROGRESSING,
+                message,
+                generation,
+                now,
+            ),
+            cond(
+                names::CONDITION_COMPLETE,
+                false,
+                names::UPDATE_REASON_PROGRESSING,
+                message,
+                generation,
+                now,
+            ),
+        ],
+        Progress::Succeeded { result, end } => {
+            st.end_time = end.clone().or_else(|| Some(now.clone()));
+            st.permalink = result.permalink.clone();
+            st.outputs = result.outputs.clone();
+            st.project_info = result.project.clone();
+            st.message = Some(if result.message.is_empty() {
+                "succeeded".into()
+            } else {
+                result.message.clone()
+            });
+            vec![
+                cond(
+                    names::CONDITION_PROGRESSING,
+                    false,
+                    names::UPDATE_REASON_COMPLETE,
+                    "the operation finished",
+                    generation,
+                    now,
+                ),
+                cond(
+                    names::CONDITION_FAILED,
+                    false,
+                    names::UPDATE_REASON_UPDATE_SUCCEEDED,
+                    "the operation succeeded",
+                    generation,
+                    now,
+                ),
+                cond(
+                    names::CONDITION_COMPLETE,
+                    true,
+                    names::UPDATE_REASON_UPDATED,
+                    "the operation succeeded",
+                    generation,
+                    now,
+                ),
+            ]
+        }
+        Progress::Failed {
+            reason,
+            message,
+            result,
+            end,
+        } => {
+            st.end_time = end.clone().or_else(|| Some(now.clone()));
+            st.message = Some(message.clone());
+            if let Some(r) = result {
+                st.permalink = r.permalink.clone();
+                st.project_info = r.project.clone();
+            }
+            vec![
+                cond(
+                    names::CONDITION_PROGRESSING,
+                    false,
+                    names::UPDATE_REASON_COMPLETE,
+                    "the operation finished",
+                    generation,
+                    now,
+                ),
+                cond(
+                    names::CONDITION_FAILED,
+                    true,
+                    reason,
+                    message,
+                    generation,
+                    now,
+                ),
+                cond(
+                    names::CONDITION_COMPLETE,
+                    true,
+                    names::UPDATE_REASON_UPDATED,
+                    "the operation failed",
+                    generation,
+                    now,
+                ),
+            ]
+        }
+    };
+    let old_conditions = old.conditions.unwrap_or_default();
+    st.conditions = Some(
+        conditions
+            .into_iter()
+            .map(|c| {
+                match old_conditions
+                    .iter()
+                    .find(|o| o.type_ == c.type_ && o.status == c.status)
+                {
+                    Some(o) => Condition {
+                        last_transition_time: o.last_transition_time.clone(),
+                        ..c
+                    },
+                    None => c,
+                }
+            })
+            .collect(),
+    );
+    st
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pulumi_operator_api::plan::FailureReason;
+    use serde_json::json;
+
+    fn now() -> jiff::Timestamp {
+        "2026-01-01T00:10:00Z".parse().unwrap()
+    }
+
+    fn job(conditions: serde_json::Value) -> Job {
+        serde_json::from_value(
+            json!({"metadata": {"name": "u"}, "spec": {"activeDeadlineSeconds": 60, "template": {}},
+                                      "status": {"conditions": conditions}}),
+        )
+        .unwrap()
+    }
+
+    fn pod(status: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": "u-abc", "creationTimestamp": "2026-01-01T00:00:00Z"}, "status": status})).unwrap()
+    }
+
+    fn terminated(name: &str, code: i32, reason: &str, message: &str) -> serde_json::Value {
+        json!({"name": name, "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+               "state": {"terminated": {"exitCode": code, "reason": reason, "message": message,
+                                        "finishedAt": "2026-01-01T00:05:00Z"}}})
+    }
+
+    #[test]
+    fn runner_success_and_classified_failure() {
+        let ok = RunResult {
+            outputs: Some("u-stack-outputs".into()),
+            permalink: Some("https://p".into()),
+            ..RunResult::failed(FailureReason::UpdateFailed, "")
+        };
+        let ok = RunResult {
+            outcome: Outcome::Succeeded,
+            reason: None,
+            ..ok
+        };
+        let p = pod(
+            json!({"phase": "Succeeded", "containerStatuses": [terminated("pulumi", 0, "Completed", &ok.to_termination_message())]}),
+        );
+        match progress(Some(&job(json!([]))), &[&p], now()) {
+            Progress::Succeeded { result, end } => {
+                assert_eq!(result.outputs.as_deref(), Some("u-stack-outputs"));
+                assert!(end.is_some());
+            }
+            other => panic!("{other:?}"),
+        }
+        let conflict = RunResult::failed(
+            FailureReason::UpdateConflict,
+            "Another update is currently in progress",
+        );
+        let p = pod(
+            json!({"phase": "Failed", "containerStatuses": [terminated("pulumi", 1, "Error", &conflict.to_termination_message())]}),
+        );
+        match progress(Some(&job(json!([]))), &[&p], now()) {
+            Progress::Failed {
+                reason, message, ..
+            } => {
+                assert_eq!(reason, "UpdateConflict");
+                assert_eq!(message, "Another update is currently in progress");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn deaths_without_a_result_carry_the_kubernetes_reason() {
+        let oom = pod(
+            json!({"phase": "Failed", "containerStatuses": [terminated("pulumi", 137, "OOMKilled", "")]}),
+        );
+        match progress(Some(&job(json!([]))), &[&oom], now()) {
+            Progress::Failed {
+                reason, message, ..
+            } => {
+                assert_eq!(reason, "OOMKilled");
+                assert_eq!(
+                    message,
+                    "container pulumi terminated (OOMKilled, exit code 137)"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let fetch = pod(
+            json!({"phase": "Failed", "initContainerStatuses": [terminated("bootstrap", 0, "Completed", ""), terminated("fetch", 2, "Error", "clone failed")]}),
+        );
+        assert!(
+            matches!(progress(Some(&job(json!([]))), &[&fetch], now()), Progress::Failed { ref reason, .. } if reason == "Error")
+        );
+        let evicted =
+            pod(json!({"phase": "Failed", "reason": "Evicted", "message": "ephemeral storage"}));
+        assert!(
+            matches!(pod_progress(&evicted, now()), Progress::Failed { ref reason, .. } if reason == "Evicted")
+        );
+        let deadline = job(
+            json!([{"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "x"}]),
+        );
+        match progress(Some(&deadline), &[], now()) {
+            Progress::Failed {
+                reason, message, ..
+            } => {
+                assert_eq!(reason, "DeadlineExceeded");
+                assert!(message.contains("60s"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn image_pull_errors_fail_after_a_grace_period() {
+        let waiting = |created: &str| {
+            let mut p = pod(
+                json!({"phase": "Pending", "containerStatuses": [{"name": "pulumi", "image": "i", "imageID": "", "ready": false,
+                "restartCount": 0, "state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}}]}),
+            );
+            p.metadata.creation_timestamp = Some(Time(created.parse().unwrap()));
+            p
+        };
+        assert!(matches!(
+            pod_progress(&waiting("2026-01-01T00:09:30Z"), now()),
+            Progress::Running { .. }
+        ));
+        assert!(
+            matches!(pod_progress(&waiting("2026-01-01T00:00:00Z"), now()), Progress::Failed { ref reason, .. } if reason == "ImagePullBackOff")
+        );
+    }
+
+    #[test]
+    fn status_conditions_follow_pko_shapes() {
+        let u: Update = serde_json::from_value(
+            json!({"metadata": {"name": "u", "generation": 1}, "spec": {"type": "up"}}),
+        )
+        .unwrap();
+        let t = Time(now());
+        let st = status_for(
+            &u,
+            &Progress::Running {
+                message: "running".into(),
+            },
+            None,
+            &t,
+        );
+        let c = st.conditions.unwrap();
+        assert_eq!(
+            (c[0].type_.as_str(), c[0].status.as_str()),
+            ("Progressing", "True")
+        );
+        let failed = Progress::Failed {
+            reason: "OOMKilled".into(),
+            message: "m".into(),
+            result: None,
+            end: None,
+        };
+        let st = status_for(&u, &failed, None, &t);
+        let c = st.conditions.unwrap();
+        assert_eq!(
+            (
+                c[1].type_.as_str(),
+                c[1].status.as_str(),
+                c[1].reason.as_str()
+            ),
+            ("Failed", "True", "OOMKilled")
+        );
+        assert_eq!(
+            (c[2].type_.as_str(), c[2].status.as_str()),
+            ("Complete", "True")
+        );
+        assert_eq!(st.message.as_deref(), Some("m"));
+    }
+}
