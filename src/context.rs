@@ -2,15 +2,30 @@
 
 use crate::config::Config;
 use crate::metrics::Metrics;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::Store;
 use kube::Client;
+use pulumi_operator_api::{Program, Update, Workspace};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 pub const FIELD_MANAGER: &str = "pulumi-operator";
 
+/// Watch caches the reconciles read from (never a GET in the hot path).
+#[derive(Clone)]
+pub struct Stores {
+    pub updates: Store<Update>,
+    pub programs: Store<Program>,
+    pub workspaces: Store<Workspace>,
+    pub jobs: Store<Job>,
+    pub pods: Store<Pod>,
+}
+
 pub struct Context {
     pub client: Client,
+    pub stores: Stores,
     pub config: Config,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
@@ -19,7 +34,7 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn new(client: Client, config: Config, metrics: Arc<Metrics>) -> Context {
+    pub fn new(client: Client, config: Config, metrics: Arc<Metrics>, stores: Stores) -> Context {
         let reporter = Reporter {
             controller: FIELD_MANAGER.into(),
             instance: Some(config.identity()),
@@ -27,6 +42,7 @@ impl Context {
         Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
+            stores,
             config,
             metrics,
             failures: Mutex::new(HashMap::new()),

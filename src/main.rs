@@ -9,6 +9,7 @@ mod http;
 mod leader;
 mod merge;
 mod metrics;
+mod source;
 mod stack;
 mod telemetry;
 mod update;
@@ -66,11 +67,11 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
     config.runner_image = resolve_runner_image(&client, &config).await;
     info!(runner_image = %config.runner_image, "runner image");
     ready.store(true, Ordering::Relaxed);
-    let ctx = Arc::new(context::Context::new(
-        client.clone(),
-        config.clone(),
+    let scope = controller::Scope {
+        client: client.clone(),
+        config: config.clone(),
         metrics,
-    ));
+    };
 
     if config.leader_elect {
         let mut leadership = leader::campaign(client, &config).await?;
@@ -84,7 +85,7 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
             }
         }
         info!("became the leader: reconciling");
-        let controllers = controller::run(ctx, shutdown.clone());
+        let controllers = controller::run(scope, shutdown.clone());
         tokio::pin!(controllers);
         loop {
             tokio::select! {
@@ -100,7 +101,7 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
         }
         leadership.release().await;
     } else {
-        controller::run(ctx, shutdown.clone()).await;
+        controller::run(scope, shutdown.clone()).await;
     }
     shutdown.cancel();
     let _ = http.await;

@@ -2,13 +2,21 @@
 //! namespace), bounded concurrency, errors backed off per object, graceful shutdown.
 
 pub mod program;
+pub mod stack;
+pub mod update;
+pub mod workspace;
 
-use crate::context::Context;
+use crate::context::{Context, Stores};
 use crate::error::{backoff, Error};
+use futures::Stream;
 use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::NamespaceResourceScope;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
+use kube::runtime::WatchStreamExt;
 use kube::{Api, Resource, ResourceExt};
 use pulumi_operator_api::{Program, Stack, Update, Workspace};
 use serde::de::DeserializeOwned;
@@ -102,51 +110,223 @@ fn error_policy<K: Resource + ResourceExt>(
     }
 }
 
-fn apis<K>(client: &kube::Client, namespaces: &[String]) -> Vec<Api<K>>
+/// What the controllers are started with.
+pub struct Scope {
+    pub client: kube::Client,
+    pub config: crate::config::Config,
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+/// A watch whose objects fill a store and trigger reconciles; managed fields are dropped
+/// before caching to keep memory low.
+fn reflect<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+) -> (Store<K>, impl Stream<Item = K> + Send + 'static)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, cfg)
+        .default_backoff()
+        .modify(|o| {
+            o.managed_fields_mut().clear();
+        })
+        .reflect(writer)
+        .touched_objects()
+        .filter_map(|r| async move { r.ok() });
+    (reader, stream)
+}
+
+fn api<K>(client: &kube::Client, ns: Option<&str>) -> Api<K>
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
 {
-    if namespaces.is_empty() {
-        vec![Api::all(client.clone())]
-    } else {
-        namespaces
-            .iter()
-            .map(|ns| Api::namespaced(client.clone(), ns))
-            .collect()
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
     }
 }
 
 /// Runs every controller until `shutdown` is cancelled; in-flight reconciles finish first.
-pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
-    let namespaces = ctx.config.watched_namespaces();
-    let config = ControllerConfig::default().concurrency(ctx.config.concurrency);
+pub async fn run(scope: Scope, shutdown: CancellationToken) {
+    let namespaces = scope.config.watched_namespaces();
+    let scopes: Vec<Option<String>> = if namespaces.is_empty() {
+        vec![None]
+    } else {
+        namespaces.into_iter().map(Some).collect()
+    };
     let mut all = Vec::new();
-    for api in apis::<Program>(&ctx.client, &namespaces) {
-        let controller = Controller::new(api, watcher::Config::default().any_semantic())
-            .with_config(config.clone())
-            .graceful_shutdown_on(cancelled(shutdown.clone()));
-        let store = controller.store();
-        let metrics = ctx.metrics.clone();
-        let stop = shutdown.clone();
-        // programs_active follows the watch cache.
-        tokio::spawn(async move {
-            while !stop.is_cancelled() {
-                metrics.programs_active.set(store.state().len() as i64);
-                tokio::time::sleep(Duration::from_secs(5)).await;
-            }
-        });
-        all.push(
-            controller
-                .run(
-                    |o, c| instrumented("program", o, c, program::reconcile),
-                    error_policy::<Program>("program"),
-                    ctx.clone(),
-                )
-                .for_each(|_| async {})
-                .boxed(),
-        );
+    let mut stack_stores = Vec::new();
+    let mut program_stores = Vec::new();
+    for ns in scopes {
+        let (futures, stacks, programs) = run_in(&scope, ns.as_deref(), shutdown.clone());
+        all.extend(futures);
+        stack_stores.push(stacks);
+        program_stores.push(programs);
     }
+    // stacks_active and programs_active follow the watch caches.
+    let metrics = scope.metrics.clone();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        while !stop.is_cancelled() {
+            metrics
+                .stacks_active
+                .set(stack_stores.iter().map(|s| s.state().len() as i64).sum());
+            metrics
+                .programs_active
+                .set(program_stores.iter().map(|s| s.state().len() as i64).sum());
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    });
     futures::future::join_all(all).await;
+}
+
+type Running = futures::future::BoxFuture<'static, ()>;
+
+fn run_in(
+    scope: &Scope,
+    ns: Option<&str>,
+    shutdown: CancellationToken,
+) -> (Vec<Running>, Store<Stack>, Store<Program>) {
+    let client = &scope.client;
+    let config = ControllerConfig::default().concurrency(scope.config.concurrency);
+    let wc = || watcher::Config::default().any_semantic();
+    let ours = || {
+        watcher::Config::default()
+            .any_semantic()
+            .labels(pulumi_operator_api::names::UPDATE_NAME_LABEL)
+    };
+
+    let (jobs, job_events) = reflect(api::<Job>(client, ns), ours());
+    let (pods, pod_events) = reflect(api::<Pod>(client, ns), ours());
+    let (workspaces, workspace_events) = reflect(api::<Workspace>(client, ns), wc());
+
+    let program_ctrl =
+        Controller::new(api::<Program>(client, ns), wc()).with_config(config.clone());
+    let programs = program_ctrl.store();
+    let update_ctrl = Controller::new(api::<Update>(client, ns), wc()).with_config(config.clone());
+    let updates = update_ctrl.store();
+    let stack_ctrl = Controller::new(api::<Stack>(client, ns), wc()).with_config(config.clone());
+    let stacks = stack_ctrl.store();
+
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        scope.config.clone(),
+        scope.metrics.clone(),
+        Stores {
+            updates: updates.clone(),
+            programs: programs.clone(),
+            workspaces,
+            jobs,
+            pods,
+        },
+    ));
+
+    // Program changes re-run the Stacks that use them.
+    let stacks_for_programs = stacks.clone();
+    let program_triggers = reflect(api::<Program>(client, ns), wc())
+        .1
+        .flat_map(move |p| {
+            let refs: Vec<ObjectRef<Stack>> = stacks_for_programs
+                .state()
+                .iter()
+                .filter(|s| {
+                    s.namespace() == p.namespace()
+                        && s.spec
+                            .program_ref
+                            .as_ref()
+                            .is_some_and(|r| r.name == p.name_any())
+                })
+                .map(|s| ObjectRef::from(s.as_ref()))
+                .collect();
+            futures::stream::iter(refs)
+        });
+    let stack_run = stack_ctrl
+        .owns(api::<Update>(client, ns), wc())
+        .reconcile_on(program_triggers)
+        .graceful_shutdown_on(cancelled(shutdown.clone()))
+        .run(
+            |o, c| instrumented("stack", o, c, stack::reconcile),
+            error_policy::<Stack>("stack"),
+            ctx.clone(),
+        )
+        .for_each(|_| async {})
+        .boxed();
+
+    let by_label = |o: &dyn ResourceLike| -> Option<ObjectRef<Update>> {
+        let name = o.label(pulumi_operator_api::names::UPDATE_NAME_LABEL)?;
+        Some(ObjectRef::new(name).within(o.ns()?))
+    };
+    let job_triggers = job_events.filter_map(move |j: Job| async move { by_label(&j) });
+    let pod_triggers = pod_events.filter_map(move |p: Pod| async move { by_label(&p) });
+    let updates_for_workspaces = updates.clone();
+    let workspace_triggers = workspace_events.flat_map(move |w: Workspace| {
+        let refs: Vec<ObjectRef<Update>> = updates_for_workspaces
+            .state()
+            .iter()
+            .filter(|u| {
+                u.namespace() == w.namespace()
+                    && u.spec.workspace_name.as_deref() == Some(w.name_any().as_str())
+            })
+            .filter(|u| !crate::stack::status::update_complete(u))
+            .map(|u| ObjectRef::from(u.as_ref()))
+            .collect();
+        futures::stream::iter(refs)
+    });
+    let update_run = update_ctrl
+        .reconcile_on(job_triggers)
+        .reconcile_on(pod_triggers)
+        .reconcile_on(workspace_triggers)
+        .graceful_shutdown_on(cancelled(shutdown.clone()))
+        .run(
+            |o, c| instrumented("update", o, c, update::reconcile),
+            error_policy::<Update>("update"),
+            ctx.clone(),
+        )
+        .for_each(|_| async {})
+        .boxed();
+
+    let workspace_run = Controller::new(api::<Workspace>(client, ns), wc())
+        .with_config(config.clone())
+        .graceful_shutdown_on(cancelled(shutdown.clone()))
+        .run(
+            |o, c| instrumented("workspace", o, c, workspace::reconcile),
+            error_policy::<Workspace>("workspace"),
+            ctx.clone(),
+        )
+        .for_each(|_| async {})
+        .boxed();
+
+    let program_run = program_ctrl
+        .graceful_shutdown_on(cancelled(shutdown))
+        .run(
+            |o, c| instrumented("program", o, c, program::reconcile),
+            error_policy::<Program>("program"),
+            ctx,
+        )
+        .for_each(|_| async {})
+        .boxed();
+    (
+        vec![stack_run, update_run, workspace_run, program_run],
+        stacks,
+        programs,
+    )
+}
+
+/// The few things the trigger mappers read from Jobs and Pods.
+trait ResourceLike {
+    fn label(&self, key: &str) -> Option<&String>;
+    fn ns(&self) -> Option<&str>;
+}
+
+impl<K: Resource> ResourceLike for K {
+    fn label(&self, key: &str) -> Option<&String> {
+        self.meta().labels.as_ref()?.get(key)
+    }
+    fn ns(&self) -> Option<&str> {
+        self.meta().namespace.as_deref()
+    }
 }
 
 async fn cancelled(token: CancellationToken) {

@@ -8,7 +8,6 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 use pulumi_operator_api::names;
-use pulumi_operator_api::validation::GitRevision;
 use pulumi_operator_api::{
     ConfigItem, ConfigValueFrom, ResourceSelectorType, Stack, Update, UpdateSpec, UpdateType,
     Workspace, WorkspaceFluxSource, WorkspaceGitSource, WorkspaceSpec, WorkspaceStack,
@@ -57,15 +56,6 @@ impl ResolvedSource {
             ResolvedSource::Flux { revision, .. } => revision,
             ResolvedSource::None => "",
         }
-    }
-}
-
-/// The commit of a `commit:` pin (no network needed), or `None` when the branch must be
-/// looked up.
-pub fn pinned_commit(stack: &Stack) -> Option<String> {
-    match stack.spec.git.revision() {
-        Some(GitRevision::Commit(c)) => Some(c.to_string()),
-        _ => None,
     }
 }
 
@@ -439,16 +429,6 @@ pub fn build_update(stack: &Stack, kind: UpdateType, reason: &str, revision: &st
         }
     }
     update
-}
-
-/// Whether `obj` is controlled by `stack`.
-pub fn owned_by<K: Resource>(obj: &K, stack: &Stack) -> bool {
-    let uid = stack.uid();
-    obj.meta()
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| Some(&o.uid) == uid.as_ref())
 }
 
 #[cfg(test)]

@@ -1,0 +1,435 @@
+//! The Stack controller's I/O loop: read (caches) → validate → decide → apply → write status.
+//! It never waits for a Pulumi run: it creates an Update and returns; the Update's completion
+//! triggers the next reconcile.
+
+use crate::context::{Context, FIELD_MANAGER};
+use crate::error::{Error, Result};
+use crate::metrics::{StackLabels, UpdateLabels};
+use crate::source::{self, SourceError};
+use crate::stack::decide::{decide, Decision, Limits, Observed};
+use crate::stack::objects::{build_update, build_workspace, ResolvedSource};
+use crate::stack::status::{self, absorb, mark_reconciling, mark_result, mark_stalled};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use pulumi_operator_api::names;
+use pulumi_operator_api::validation::{join_errors, validate_stack};
+use pulumi_operator_api::{
+    CurrentStackUpdate, Stack, StackStatus, StackUpdateStateMessage, Update, UpdateType, Workspace,
+};
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{info, warn};
+
+const SOURCE_UNAVAILABLE_REQUEUE: Duration = Duration::from_secs(30);
+
+async fn publish(ctx: &Context, stack: &Stack, type_: EventType, reason: &str, note: String) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &stack.object_ref(&())).await {
+        warn!("cannot record event {reason}: {e}");
+    }
+}
+
+async fn write_status(api: &Api<Stack>, name: &str, status: &StackStatus) -> Result<()> {
+    let patch =
+        serde_json::json!({"apiVersion": "pulumi.com/v1", "kind": "Stack", "status": status});
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Adds or removes our finalizer, guarded by the resourceVersion (a concurrent change fails
+/// with a conflict and is retried, rather than being overwritten).
+async fn set_finalizer(api: &Api<Stack>, stack: &Stack, present: bool) -> Result<()> {
+    let mut finalizers: Vec<String> = stack
+        .finalizers()
+        .iter()
+        .filter(|f| *f != names::FINALIZER)
+        .cloned()
+        .collect();
+    if present {
+        finalizers.push(names::FINALIZER.into());
+    }
+    let patch = serde_json::json!({"metadata": {"finalizers": finalizers, "resourceVersion": stack.resource_version()}});
+    api.patch(
+        &stack.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+fn update_metrics(ctx: &Context, stack: &Stack, status: &StackStatus) {
+    let labels = StackLabels {
+        namespace: stack.namespace().unwrap_or_default(),
+        name: stack.name_any(),
+    };
+    let failing = status.last_update.as_ref().and_then(|l| l.state.clone())
+        == Some(StackUpdateStateMessage::Failed);
+    ctx.metrics
+        .stacks_failing
+        .get_or_create(&labels)
+        .set(failing as i64);
+    let reconciling = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == names::CONDITION_RECONCILING && c.status == names::STATUS_TRUE);
+    ctx.metrics
+        .stacks_reconciling
+        .get_or_create(&labels)
+        .set(reconciling as i64);
+}
+
+/// Reads the outputs Secret of a successful Update (a missing Secret means no outputs).
+async fn read_outputs(
+    ctx: &Context,
+    ns: &str,
+    update: &Update,
+) -> Option<std::collections::BTreeMap<String, serde_json::Value>> {
+    let name = update
+        .status
+        .as_ref()?
+        .outputs
+        .clone()
+        .filter(|o| !o.is_empty())?;
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    match secrets.get_opt(&name).await {
+        Ok(Some(s)) => {
+            let keys = status::secret_keys(
+                s.annotations()
+                    .get(names::SECRETS_ANNOTATION)
+                    .map(String::as_str),
+            );
+            Some(status::outputs_from_secret(
+                &s.data.unwrap_or_default(),
+                &keys,
+            ))
+        }
+        Ok(None) => None,
+        Err(e) => {
+            warn!("cannot read outputs Secret {name}: {e}");
+            None
+        }
+    }
+}
+
+fn record_finished_update(ctx: &Context, update: &Update) {
+    let kind = update
+        .spec
+        .update_type
+        .as_ref()
+        .map(|t| t.as_str().to_string())
+        .unwrap_or_default();
+    let result = if status::update_failed(update) {
+        "failed"
+    } else {
+        "succeeded"
+    };
+    let labels = UpdateLabels {
+        r#type: kind,
+        result: result.into(),
+    };
+    ctx.metrics.updates.get_or_create(&labels).inc();
+    let st = update.status.as_ref();
+    if let (Some(start), Some(end)) = (
+        st.and_then(|s| s.start_time.as_ref()),
+        st.and_then(|s| s.end_time.as_ref()),
+    ) {
+        let secs = end.0.duration_since(start.0).as_secs_f64().max(0.0);
+        ctx.metrics
+            .update_duration
+            .get_or_create(&labels)
+            .observe(secs);
+    }
+}
+
+pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = stack
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let name = stack.name_any();
+    let api: Api<Stack> = Api::namespaced(ctx.client.clone(), &ns);
+    let deleting = stack.metadata.deletion_timestamp.is_some();
+    let has_finalizer = stack.finalizers().iter().any(|f| f == names::FINALIZER);
+    if deleting && !has_finalizer {
+        return Ok(Action::await_change());
+    }
+    if !deleting && !has_finalizer {
+        set_finalizer(&api, &stack, true).await?;
+        // The patch is seen by the watch; continue with the next reconcile.
+        return Ok(Action::await_change());
+    }
+    let generation = stack.metadata.generation.unwrap_or(0);
+    let request = stack
+        .annotations()
+        .get(names::RECONCILIATION_REQUEST_ANNOTATION)
+        .cloned()
+        .unwrap_or_default();
+    let now = Time(jiff::Timestamp::now());
+    let before = stack.status.clone().unwrap_or_default();
+    let mut status = before.clone();
+    status.observed_generation = Some(generation);
+    status.observed_reconcile_request = Some(request.clone());
+
+    // Validate: a bad spec stalls with a clear reason, an event and a log line, and waits
+    // for the spec to change.
+    let errors = validate_stack(&stack);
+    if !errors.is_empty() {
+        let mut message = join_errors(&errors);
+        if deleting {
+            message.push_str(&format!(
+                "; the stack cannot be destroyed with this spec: fix it, or remove the finalizer with \
+                 kubectl patch stack {name} --type=merge -p '{{\"metadata\":{{\"finalizers\":[]}}}}'"
+            ));
+        }
+        warn!(%message, "invalid stack spec");
+        let was_stalled = before
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == names::CONDITION_STALLED && c.message == message);
+        mark_stalled(
+            &mut status,
+            names::REASON_SPEC_INVALID,
+            &message,
+            generation,
+            &now,
+        );
+        if !was_stalled {
+            publish(
+                &ctx,
+                &stack,
+                EventType::Warning,
+                names::EVENT_STACK_CONFIG_INVALID,
+                message,
+            )
+            .await;
+        }
+        if status != before {
+            write_status(&api, &name, &status).await?;
+        }
+        update_metrics(&ctx, &stack, &status);
+        return Ok(Action::await_change());
+    }
+
+    // Absorb the Update in flight once it has finished.
+    if let Some(current) = status.current_update.clone().and_then(|c| c.name) {
+        let cached = ctx
+            .stores
+            .updates
+            .get(&ObjectRef::new(&current).within(&ns));
+        let update = match cached {
+            Some(u) => Some((*u).clone()),
+            None => {
+                Api::<Update>::namespaced(ctx.client.clone(), &ns)
+                    .get_opt(&current)
+                    .await?
+            }
+        };
+        match update {
+            Some(u) if status::update_complete(&u) => {
+                let outputs = if status::update_failed(&u) {
+                    None
+                } else {
+                    read_outputs(&ctx, &ns, &u).await
+                };
+                absorb(&mut status, &u, outputs, &now);
+                record_finished_update(&ctx, &u);
+                if status::update_failed(&u) {
+                    let msg = u
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.message.clone())
+                        .unwrap_or_default();
+                    publish(
+                        &ctx,
+                        &stack,
+                        EventType::Warning,
+                        names::EVENT_STACK_UPDATE_FAILURE,
+                        format!("Failed to update stack: {msg}"),
+                    )
+                    .await;
+                } else {
+                    publish(
+                        &ctx,
+                        &stack,
+                        EventType::Normal,
+                        names::EVENT_STACK_UPDATE_SUCCESSFUL,
+                        "Successfully updated stack".into(),
+                    )
+                    .await;
+                }
+                info!(update = %current, failed = status::update_failed(&u), "update finished");
+            }
+            Some(_) => {
+                mark_reconciling(
+                    &mut status,
+                    names::REASON_STACK_PROCESSING,
+                    names::MESSAGE_STACK_BEING_PROCESSED,
+                    generation,
+                    &now,
+                );
+                if status != before {
+                    write_status(&api, &name, &status).await?;
+                }
+                update_metrics(&ctx, &stack, &status);
+                return Ok(Action::await_change());
+            }
+            // Lost (deleted by hand): forget it; the decision below creates the next one.
+            None => {
+                warn!(update = %current, "the Update in flight no longer exists");
+                status.current_update = None;
+            }
+        }
+    }
+
+    // Deletion without destroy: done.
+    if deleting && (!stack.spec.destroy_on_finalize || stack.spec.preview) {
+        status::mark_ready(&mut status, generation, &now);
+        if status != before {
+            write_status(&api, &name, &status).await?;
+        }
+        set_finalizer(&api, &stack, false).await?;
+        return Ok(Action::await_change());
+    }
+
+    let source = match source::resolve(&stack, &ctx.client, &ctx.stores.programs).await {
+        Ok(s) => s,
+        Err(SourceError(message)) => {
+            warn!(%message, "source unavailable");
+            mark_stalled(
+                &mut status,
+                names::REASON_SOURCE_UNAVAILABLE,
+                &message,
+                generation,
+                &now,
+            );
+            if status != before {
+                write_status(&api, &name, &status).await?;
+            }
+            update_metrics(&ctx, &stack, &status);
+            return Ok(Action::requeue(SOURCE_UNAVAILABLE_REQUEUE));
+        }
+    };
+    if matches!(source, ResolvedSource::Git { .. }) && stack.spec.git.branch.is_some() {
+        ctx.metrics
+            .git_ls_remote
+            .get_or_create(&crate::metrics::ResultLabels {
+                result: "success".into(),
+            })
+            .inc();
+    }
+    let revision = source.revision().to_string();
+    let observed = Observed {
+        generation,
+        reconcile_request: &request,
+        deleting,
+        revision: &revision,
+        polled: stack.spec.git.branch.is_some() && stack.spec.git.commit.is_none(),
+        now: now.0,
+    };
+    let limits = Limits {
+        min_resync: Duration::from_secs(ctx.config.min_resync_seconds),
+    };
+    let action = match decide(&stack.spec, Some(&status), &observed, &limits) {
+        Decision::Synced { requeue } => {
+            mark_result(&mut status, generation, &now);
+            if deleting {
+                // The destroy succeeded.
+                if status != before {
+                    write_status(&api, &name, &status).await?;
+                }
+                set_finalizer(&api, &stack, false).await?;
+                return Ok(Action::await_change());
+            }
+            requeue
+                .map(Action::requeue)
+                .unwrap_or_else(Action::await_change)
+        }
+        Decision::Run { kind, reason } => {
+            // Names derive from the status as this reconcile sees it (after absorbing).
+            let mut view = (*stack).clone();
+            view.status = Some(status.clone());
+            let update_name = start_update(&ctx, &view, &source, kind, &reason, &revision).await?;
+            status.current_update = Some(CurrentStackUpdate {
+                name: Some(update_name),
+                generation: Some(generation),
+                reconcile_request: Some(request.clone()),
+                commit: Some(revision.clone()),
+            });
+            mark_reconciling(
+                &mut status,
+                names::REASON_STACK_PROCESSING,
+                names::MESSAGE_STACK_BEING_PROCESSED,
+                generation,
+                &now,
+            );
+            publish(
+                &ctx,
+                &stack,
+                EventType::Normal,
+                names::EVENT_STACK_UPDATE_DETECTED,
+                reason,
+            )
+            .await;
+            Action::await_change()
+        }
+    };
+    if status != before {
+        write_status(&api, &name, &status).await?;
+    }
+    update_metrics(&ctx, &stack, &status);
+    Ok(action)
+}
+
+/// Applies the Workspace (the Job template) and creates the Update. An Update that already
+/// exists under the same deterministic name is the one a previous run of this reconcile
+/// created: it is re-attached, not duplicated.
+async fn start_update(
+    ctx: &Context,
+    stack: &Stack,
+    source: &ResolvedSource,
+    kind: UpdateType,
+    reason: &str,
+    revision: &str,
+) -> Result<String> {
+    let ns = stack.namespace().unwrap_or_default();
+    let workspace = build_workspace(stack, source);
+    let workspaces: Api<Workspace> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut ws_value = serde_json::to_value(&workspace)?;
+    ws_value["apiVersion"] = "auto.pulumi.com/v1alpha1".into();
+    ws_value["kind"] = "Workspace".into();
+    workspaces
+        .patch(
+            &stack.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&ws_value),
+        )
+        .await?;
+    let update = build_update(stack, kind, reason, revision);
+    let updates: Api<Update> = Api::namespaced(ctx.client.clone(), &ns);
+    match updates.create(&PostParams::default(), &update).await {
+        Ok(_) => info!(update = %update.name_any(), %reason, "update created"),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            info!(update = %update.name_any(), "update already exists; re-attaching")
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(update.name_any())
+}
