@@ -34,7 +34,11 @@ pub fn resolve(
             match sources.secret(&r.name) {
                 Some(s) => {
                     for (k, v) in s.data.iter().flatten() {
-                        set(&mut vars, format!("{prefix}{k}"), String::from_utf8_lossy(&v.0).into());
+                        set(
+                            &mut vars,
+                            format!("{prefix}{k}"),
+                            String::from_utf8_lossy(&v.0).into(),
+                        );
                     }
                     for (k, v) in s.string_data.iter().flatten() {
                         set(&mut vars, format!("{prefix}{k}"), v.clone());
@@ -120,7 +124,10 @@ pub fn field_path(pod: &Pod, path: &str, pod_ip: &str, host_ip: &str) -> Result<
     let m = &pod.metadata;
     let spec = pod.spec.as_ref();
     let keyed = |prefix: &str, map: Option<&BTreeMap<String, String>>| -> Option<String> {
-        let key = path.strip_prefix(prefix)?.strip_prefix("['")?.strip_suffix("']")?;
+        let key = path
+            .strip_prefix(prefix)?
+            .strip_prefix("['")?
+            .strip_suffix("']")?;
         Some(map.and_then(|m| m.get(key)).cloned().unwrap_or_default())
     };
     Ok(match path {
@@ -154,8 +161,12 @@ fn resource_field(container: &Container, resource: &str) -> String {
     let (kind, name) = resource.split_once('.').unwrap_or(("limits", resource));
     let res = container.resources.as_ref();
     let q = match kind {
-        "requests" => res.and_then(|r| r.requests.as_ref()).and_then(|m| m.get(name)),
-        _ => res.and_then(|r| r.limits.as_ref()).and_then(|m| m.get(name)),
+        "requests" => res
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|m| m.get(name)),
+        _ => res
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|m| m.get(name)),
     };
     q.map(|q| q.0.clone()).unwrap_or_else(|| "0".into())
 }
@@ -207,7 +218,9 @@ mod tests {
     struct Fake(Vec<Secret>);
     impl EnvSource for Fake {
         fn secret(&self, name: &str) -> Option<&Secret> {
-            self.0.iter().find(|s| s.metadata.name.as_deref() == Some(name))
+            self.0
+                .iter()
+                .find(|s| s.metadata.name.as_deref() == Some(name))
         }
         fn config_map(&self, _: &str) -> Option<&ConfigMap> {
             None
@@ -263,8 +276,14 @@ mod tests {
             ]),
             ..Default::default()
         };
-        let got = resolve(&pod, &container, "127.1.0.1", "127.0.0.1", &Fake(vec![secret("s", "k", "v")]))
-            .unwrap();
+        let got = resolve(
+            &pod,
+            &container,
+            "127.1.0.1",
+            "127.0.0.1",
+            &Fake(vec![secret("s", "k", "v")]),
+        )
+        .unwrap();
         assert_eq!(
             got,
             vec![

@@ -55,10 +55,11 @@ impl ImageMap {
 
     pub fn find(&self, image: &str) -> Option<&ImageEntry> {
         let repo = repository(image);
-        self.images
-            .iter()
-            .find(|e| e.image == repo)
-            .or_else(|| self.images.iter().find(|e| e.prefix && repo.starts_with(&e.image)))
+        self.images.iter().find(|e| e.image == repo).or_else(|| {
+            self.images
+                .iter()
+                .find(|e| e.prefix && repo.starts_with(&e.image))
+        })
     }
 }
 
@@ -102,7 +103,10 @@ mod tests {
         assert_eq!(repository("busybox"), "busybox");
         assert_eq!(repository("busybox:1.36"), "busybox");
         assert_eq!(repository("docker.io/library/busybox:1"), "busybox");
-        assert_eq!(repository("localhost:5000/org/img:v1"), "localhost:5000/org/img");
+        assert_eq!(
+            repository("localhost:5000/org/img:v1"),
+            "localhost:5000/org/img"
+        );
         assert_eq!(repository("ghcr.io/a/b@sha256:abc"), "ghcr.io/a/b");
         assert_eq!(repository("pulumi/pulumi:3.1.0-nonroot"), "pulumi/pulumi");
     }
@@ -117,7 +121,10 @@ mod tests {
         assert_eq!(argv(Some(&e), &[], &[]), s(&["/bin/ep", "--default"]));
         assert_eq!(argv(Some(&e), &[], &s(&["x"])), s(&["/bin/ep", "x"]));
         assert_eq!(argv(Some(&e), &s(&["sh"]), &[]), s(&["sh"]));
-        assert_eq!(argv(Some(&e), &s(&["sh"]), &s(&["-c", "x"])), s(&["sh", "-c", "x"]));
+        assert_eq!(
+            argv(Some(&e), &s(&["sh"]), &s(&["-c", "x"])),
+            s(&["sh", "-c", "x"])
+        );
         assert!(argv(None, &[], &[]).is_empty());
     }
 

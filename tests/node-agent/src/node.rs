@@ -13,7 +13,9 @@ fn status(cfg: &Config) -> serde_json::Value {
         serde_json::json!({"type": t, "status": s, "reason": reason, "message": msg,
                            "lastHeartbeatTime": now, "lastTransitionTime": now})
     };
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
     serde_json::json!({
         "capacity": {"cpu": cpus.to_string(), "memory": "16Gi", "pods": "250", "ephemeral-storage": "50Gi"},
         "allocatable": {"cpu": cpus.to_string(), "memory": "16Gi", "pods": "250", "ephemeral-storage": "50Gi"},
@@ -54,7 +56,12 @@ pub async fn register(client: &Client, cfg: &Config) -> anyhow::Result<()> {
 
 async fn update(api: &Api<Node>, cfg: &Config) -> anyhow::Result<()> {
     let patch = serde_json::json!({ "status": status(cfg) });
-    api.patch_status(&cfg.node_name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    api.patch_status(
+        &cfg.node_name,
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
     Ok(())
 }
 

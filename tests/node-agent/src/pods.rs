@@ -47,9 +47,20 @@ pub struct PodHandle {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum State {
-    Waiting { reason: String, message: Option<String> },
-    Running { started_at: Time },
-    Terminated { exit_code: i32, reason: String, message: Option<String>, started_at: Option<Time>, finished_at: Time },
+    Waiting {
+        reason: String,
+        message: Option<String>,
+    },
+    Running {
+        started_at: Time,
+    },
+    Terminated {
+        exit_code: i32,
+        reason: String,
+        message: Option<String>,
+        started_at: Option<Time>,
+        finished_at: Time,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -84,7 +95,10 @@ impl Runtime {
     }
 
     pub fn find(&self, name: &str) -> Option<&CState> {
-        self.init.iter().chain(self.main.iter()).find(|c| c.name == name)
+        self.init
+            .iter()
+            .chain(self.main.iter())
+            .find(|c| c.name == name)
     }
 }
 
@@ -93,12 +107,18 @@ fn now() -> Time {
 }
 
 fn waiting(reason: &str, message: Option<String>) -> State {
-    State::Waiting { reason: reason.into(), message }
+    State::Waiting {
+        reason: reason.into(),
+        message,
+    }
 }
 
 impl PodHandle {
     pub fn log_path(&self, container: &str, restart: i32) -> PathBuf {
-        self.dir.join("logs").join(container).join(format!("{restart}.log"))
+        self.dir
+            .join("logs")
+            .join(container)
+            .join(format!("{restart}.log"))
     }
 
     /// Container name → (current restart count, running?) for the log server.
@@ -107,17 +127,23 @@ impl PodHandle {
         let c = rt.find(container)?;
         Some((c.restart_count, matches!(c.state, State::Running { .. })))
     }
-
 }
 
 impl Agent {
     pub fn new(client: Client, cfg: Config) -> Agent {
-        Agent { client, cfg, pods: Mutex::new(HashMap::new()), next_ip: AtomicU32::new(0) }
+        Agent {
+            client,
+            cfg,
+            pods: Mutex::new(HashMap::new()),
+            next_ip: AtomicU32::new(0),
+        }
     }
 
     pub fn find(&self, namespace: &str, name: &str) -> Option<Arc<PodHandle>> {
         let pods = self.pods.lock().ok()?;
-        pods.values().find(|h| h.namespace == namespace && h.name == name).cloned()
+        pods.values()
+            .find(|h| h.namespace == namespace && h.name == name)
+            .cloned()
     }
 
     /// On shutdown: no container process may outlive the agent.
@@ -140,7 +166,9 @@ impl Agent {
 
     /// Called for every pod event from the watch.
     pub fn observe(self: &Arc<Self>, pod: Pod) {
-        let Some(uid) = pod.metadata.uid.clone() else { return };
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return;
+        };
         let spec = pod.spec.as_ref();
         let node = spec.and_then(|s| s.node_name.clone()).unwrap_or_default();
         let deleting = pod.metadata.deletion_timestamp.is_some();
@@ -175,7 +203,11 @@ impl Agent {
                 tokio::spawn(async move { agent.finalize(&pod).await });
             }
             None => {
-                let phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+                let phase = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.phase.clone())
+                    .unwrap_or_default();
                 if phase == "Succeeded" || phase == "Failed" {
                     return;
                 }
@@ -183,7 +215,10 @@ impl Agent {
                     .status
                     .as_ref()
                     .and_then(|s| s.container_statuses.as_ref())
-                    .is_some_and(|cs| cs.iter().any(|c| c.state.as_ref().is_some_and(|s| s.waiting.is_none())));
+                    .is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c.state.as_ref().is_some_and(|s| s.waiting.is_none()))
+                    });
                 let restart_never = spec.and_then(|s| s.restart_policy.as_deref()) == Some("Never");
                 if started_before && restart_never {
                     // Its processes were lost with an earlier agent; it must not run twice.
@@ -223,8 +258,17 @@ impl Agent {
             init_done: spec.init_containers.as_ref().is_none_or(|v| v.is_empty()),
             init_failed: false,
             finished: false,
-            init: spec.init_containers.iter().flatten().map(|c| cstate(c, "PodInitializing")).collect(),
-            main: spec.containers.iter().map(|c| cstate(c, "ContainerCreating")).collect(),
+            init: spec
+                .init_containers
+                .iter()
+                .flatten()
+                .map(|c| cstate(c, "PodInitializing"))
+                .collect(),
+            main: spec
+                .containers
+                .iter()
+                .map(|c| cstate(c, "ContainerCreating"))
+                .collect(),
             conditions: BTreeMap::new(),
         };
         let (deletion, _) = watch::channel(None);
@@ -248,16 +292,47 @@ impl Agent {
         });
     }
 
+    /// Whether the Node is cordoned (`kubectl cordon`), in which case no pod is bound to it.
+    async fn cordoned(&self) -> bool {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+        nodes
+            .get_opt(&self.cfg.node_name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|n| n.spec)
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false)
+    }
+
     async fn bind(&self, pod: &Pod) {
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        // A cordoned node takes no new pods; they wait, Pending, as with a real scheduler.
+        while self.cordoned().await {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            match api.get_opt(name).await {
+                Ok(Some(p))
+                    if p.metadata.uid == pod.metadata.uid
+                        && p.metadata.deletion_timestamp.is_none() => {}
+                _ => return,
+            }
+        }
         let binding = serde_json::json!({
             "apiVersion": "v1", "kind": "Binding",
             "metadata": {"name": name, "namespace": ns},
             "target": {"apiVersion": "v1", "kind": "Node", "name": self.cfg.node_name},
         });
-        match api.create_subresource::<_, serde_json::Value>("binding", name, &PostParams::default(), &binding).await {
+        match api
+            .create_subresource::<_, serde_json::Value>(
+                "binding",
+                name,
+                &PostParams::default(),
+                &binding,
+            )
+            .await
+        {
             Ok(_) => info!(pod = %format!("{ns}/{name}"), "bound to {}", self.cfg.node_name),
             // Conflict: already bound by an earlier event.
             Err(kube::Error::Api(e)) if e.code == 409 => {}
@@ -271,7 +346,9 @@ impl Agent {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         let patch = serde_json::json!({"status": {"phase": "Failed", "reason": "NodeAgentRestarted",
             "message": "the test node agent restarted while this pod ran; its processes were lost"}});
-        let _ = api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await;
+        let _ = api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await;
     }
 
     /// Removes a pod object whose processes are gone, as the kubelet does at the end of a
@@ -282,7 +359,10 @@ impl Agent {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         let dp = DeleteParams {
             grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions { uid: pod.metadata.uid.clone(), resource_version: None }),
+            preconditions: Some(Preconditions {
+                uid: pod.metadata.uid.clone(),
+                resource_version: None,
+            }),
             ..Default::default()
         };
         match api.delete(name, &dp).await {
@@ -322,14 +402,30 @@ impl Agent {
     async fn run_pod(self: &Arc<Self>, handle: &Arc<PodHandle>, pod: &Pod) {
         self.publish(handle, pod).await;
         let spec = pod.spec.clone().unwrap_or_default();
-        let restart_policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
-        let pod_ip = handle.runtime.lock().map(|r| r.pod_ip.clone()).unwrap_or_default();
+        let restart_policy = spec
+            .restart_policy
+            .clone()
+            .unwrap_or_else(|| "Always".into());
+        let pod_ip = handle
+            .runtime
+            .lock()
+            .map(|r| r.pod_ip.clone())
+            .unwrap_or_default();
 
         // Volumes: retried until they can be set up, as the kubelet does.
         let volumes = loop {
             let attempt = async {
                 let objects = Objects::fetch(&self.client, pod).await?;
-                volumes::prepare(&self.client, pod, &objects, &handle.dir, &self.cfg.state_dir, &pod_ip, &self.cfg.host_ip).await
+                volumes::prepare(
+                    &self.client,
+                    pod,
+                    &objects,
+                    &handle.dir,
+                    &self.cfg.state_dir,
+                    &pod_ip,
+                    &self.cfg.host_ip,
+                )
+                .await
             };
             match attempt.await {
                 Ok(v) => break v,
@@ -382,13 +478,18 @@ impl Agent {
             let policy = restart_policy.clone();
             tasks.push(tokio::spawn(async move {
                 loop {
-                    let code = agent.run_container(&handle, &pod, &c, false, i, &volumes).await;
+                    let code = agent
+                        .run_container(&handle, &pod, &c, false, i, &volumes)
+                        .await;
                     let again = match policy.as_str() {
                         "Never" => false,
                         "OnFailure" => code != Some(0),
                         _ => true,
                     };
-                    if !again || Self::deleting(&handle) || !agent.back_off(&handle, &pod, &c, false, i).await {
+                    if !again
+                        || Self::deleting(&handle)
+                        || !agent.back_off(&handle, &pod, &c, false, i).await
+                    {
                         return;
                     }
                 }
@@ -407,22 +508,40 @@ impl Agent {
     }
 
     /// CrashLoopBackOff between restarts; `false` when the pod is deleted meanwhile.
-    async fn back_off(&self, handle: &PodHandle, pod: &Pod, c: &Container, init: bool, i: usize) -> bool {
+    async fn back_off(
+        &self,
+        handle: &PodHandle,
+        pod: &Pod,
+        c: &Container,
+        init: bool,
+        i: usize,
+    ) -> bool {
         let restarts = handle.runtime.lock().map(|rt| {
-            if init { rt.init[i].restart_count } else { rt.main[i].restart_count }
+            if init {
+                rt.init[i].restart_count
+            } else {
+                rt.main[i].restart_count
+            }
         });
-        let delay = 10u64.saturating_mul(1 << restarts.unwrap_or(0).clamp(0, 5)).min(300);
+        let delay = 10u64
+            .saturating_mul(1 << restarts.unwrap_or(0).clamp(0, 5))
+            .min(300);
         if let Ok(mut rt) = handle.runtime.lock() {
             let cs = rt.container_mut(init, i);
             cs.last_state = Some(cs.state.clone());
             cs.state = waiting(
                 "CrashLoopBackOff",
-                Some(format!("back-off {delay}s restarting failed container={} pod={}", c.name, handle.name)),
+                Some(format!(
+                    "back-off {delay}s restarting failed container={} pod={}",
+                    c.name, handle.name
+                )),
             );
             cs.restart_count += 1;
         }
         self.publish(handle, pod).await;
-        !self.sleep_or_deleted(handle, Duration::from_secs(delay)).await
+        !self
+            .sleep_or_deleted(handle, Duration::from_secs(delay))
+            .await
     }
 
     /// Runs one container to its end; `None` when it could not start before the pod went away.
@@ -438,7 +557,16 @@ impl Agent {
         let (pod_ip, restart) = handle
             .runtime
             .lock()
-            .map(|rt| (rt.pod_ip.clone(), if init { rt.init[i].restart_count } else { rt.main[i].restart_count }))
+            .map(|rt| {
+                (
+                    rt.pod_ip.clone(),
+                    if init {
+                        rt.init[i].restart_count
+                    } else {
+                        rt.main[i].restart_count
+                    },
+                )
+            })
             .ok()?;
         let set_state = |state: State| {
             if let Ok(mut rt) = handle.runtime.lock() {
@@ -450,7 +578,10 @@ impl Agent {
             if Self::deleting(handle) {
                 return None;
             }
-            match self.prepare_process(handle, pod, c, volumes, &pod_ip, restart).await {
+            match self
+                .prepare_process(handle, pod, c, volumes, &pod_ip, restart)
+                .await
+            {
                 Ok(p) => break p,
                 Err((reason, message)) => {
                     set_state(waiting(reason, Some(message)));
@@ -483,7 +614,9 @@ impl Agent {
         let pid = running.pid;
         if let Ok(mut rt) = handle.runtime.lock() {
             let cs = rt.container_mut(init, i);
-            cs.state = State::Running { started_at: started_at.clone() };
+            cs.state = State::Running {
+                started_at: started_at.clone(),
+            };
             cs.pid = pid;
             cs.ready = !init && c.readiness_probe.is_none();
         }
@@ -491,7 +624,12 @@ impl Agent {
 
         let probe_task = match (&c.readiness_probe, init) {
             (Some(p), false) => {
-                let ctx = probe::Target { pid, pod_ip: pod_ip.clone(), container: c.clone(), uid_gid: None };
+                let ctx = probe::Target {
+                    pid,
+                    pod_ip: pod_ip.clone(),
+                    container: c.clone(),
+                    uid_gid: None,
+                };
                 let (tx, mut rx) = tokio::sync::mpsc::channel::<bool>(4);
                 let probe_loop = tokio::spawn(probe::run(p.clone(), ctx, tx));
                 let h = handle.clone();
@@ -541,7 +679,9 @@ impl Agent {
         let exit_code = match status {
             Ok(s) => {
                 use std::os::unix::process::ExitStatusExt;
-                s.code().or_else(|| s.signal().map(|sig| 128 + sig)).unwrap_or(255)
+                s.code()
+                    .or_else(|| s.signal().map(|sig| 128 + sig))
+                    .unwrap_or(255)
             }
             Err(_) => 255,
         };
@@ -554,7 +694,11 @@ impl Agent {
         }
         set_state(State::Terminated {
             exit_code,
-            reason: if exit_code == 0 { "Completed".into() } else { "Error".into() },
+            reason: if exit_code == 0 {
+                "Completed".into()
+            } else {
+                "Error".into()
+            },
             message: (!message.is_empty()).then_some(message),
             started_at: Some(started_at),
             finished_at: now(),
@@ -579,7 +723,8 @@ impl Agent {
         restart: i32,
     ) -> Result<(ProcessSpec, PathBuf), (&'static str, String)> {
         let image = c.image.clone().unwrap_or_default();
-        let map = ImageMap::load(self.cfg.image_map.as_deref()).map_err(|e| ("ErrImagePull", e.to_string()))?;
+        let map = ImageMap::load(self.cfg.image_map.as_deref())
+            .map_err(|e| ("ErrImagePull", e.to_string()))?;
         let entry = map.find(&image);
         let command = c.command.clone().unwrap_or_default();
         let args = c.args.clone().unwrap_or_default();
@@ -589,14 +734,33 @@ impl Agent {
                 format!("image {image:?} is not mapped to a local executable by the test node agent, and the container sets no command"),
             ));
         }
-        let objects = Objects::fetch(&self.client, pod).await.map_err(|e| ("CreateContainerConfigError", e))?;
-        let resolved = env::resolve(pod, c, pod_ip, &self.cfg.host_ip, &objects as &dyn EnvSource)
+        let objects = Objects::fetch(&self.client, pod)
+            .await
             .map_err(|e| ("CreateContainerConfigError", e))?;
+        let resolved = env::resolve(
+            pod,
+            c,
+            pod_ip,
+            &self.cfg.host_ip,
+            &objects as &dyn EnvSource,
+        )
+        .map_err(|e| ("CreateContainerConfigError", e))?;
 
-        let pod_sc = pod.spec.as_ref().and_then(|s| s.security_context.clone()).unwrap_or_default();
+        let pod_sc = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.security_context.clone())
+            .unwrap_or_default();
         let sc = c.security_context.clone().unwrap_or_default();
-        let uid = sc.run_as_user.or(pod_sc.run_as_user).or(entry.and_then(|e| e.user)).unwrap_or(0);
-        let gid = sc.run_as_group.or(pod_sc.run_as_group).unwrap_or(if uid == 0 { 0 } else { uid });
+        let uid = sc
+            .run_as_user
+            .or(pod_sc.run_as_user)
+            .or(entry.and_then(|e| e.user))
+            .unwrap_or(0);
+        let gid = sc
+            .run_as_group
+            .or(pod_sc.run_as_group)
+            .unwrap_or(if uid == 0 { 0 } else { uid });
         if sc.run_as_non_root.or(pod_sc.run_as_non_root) == Some(true) && uid == 0 {
             return Err((
                 "CreateContainerConfigError",
@@ -612,12 +776,23 @@ impl Agent {
         if let (Some(e), true) = (entry.as_mut(), uid != 0) {
             let mut relocate = |p: &str, is_dir: bool| -> String {
                 let host = PathBuf::from(p);
-                let (dir, file) = if is_dir { (host.clone(), None) } else { (host.parent().map(PathBuf::from).unwrap_or_default(), host.file_name()) };
+                let (dir, file) = if is_dir {
+                    (host.clone(), None)
+                } else {
+                    (
+                        host.parent().map(PathBuf::from).unwrap_or_default(),
+                        host.file_name(),
+                    )
+                };
                 if !host.is_absolute() || !dir.is_dir() {
                     return p.to_string();
                 }
                 let target = PathBuf::from(format!("/run/node-agent/image/{}", image_mounts.len()));
-                image_mounts.push(Mount { source: dir, target: target.clone(), read_only: true });
+                image_mounts.push(Mount {
+                    source: dir,
+                    target: target.clone(),
+                    read_only: true,
+                });
                 match file {
                     Some(f) => target.join(f).to_string_lossy().into_owned(),
                     None => target.to_string_lossy().into_owned(),
@@ -631,12 +806,16 @@ impl Agent {
         let entry = entry.as_ref();
 
         let mut env: Vec<(String, String)> = Vec::new();
-        let host_path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
+        let host_path =
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
         let mut path_dirs: Vec<String> = entry.map(|e| e.path.clone()).unwrap_or_default();
         path_dirs.push(host_path);
         env.push(("PATH".into(), path_dirs.join(":")));
         env.push(("HOSTNAME".into(), handle.name.clone()));
-        env.push(("HOME".into(), if uid == 0 { "/root".into() } else { "/".into() }));
+        env.push((
+            "HOME".into(),
+            if uid == 0 { "/root".into() } else { "/".into() },
+        ));
         for (k, v) in entry.iter().flat_map(|e| e.env.iter()) {
             env.push((k.clone(), v.clone()));
         }
@@ -649,11 +828,17 @@ impl Agent {
             env.retain(|(n, _)| *n != k);
             env.push((k, v));
         }
-        let argv: Vec<String> = images::argv(entry, &command, &args).iter().map(|a| env::expand(a, &env)).collect();
+        let argv: Vec<String> = images::argv(entry, &command, &args)
+            .iter()
+            .map(|a| env::expand(a, &env))
+            .collect();
 
         let mut mounts = image_mounts;
         mounts.extend(volumes::mounts(c, volumes).map_err(|e| ("CreateContainerConfigError", e))?);
-        let termination_file = handle.dir.join("termination").join(format!("{}-{restart}", c.name));
+        let termination_file = handle
+            .dir
+            .join("termination")
+            .join(format!("{}-{restart}", c.name));
         let io = |e: std::io::Error| ("CreateContainerError", e.to_string());
         if let Some(parent) = termination_file.parent() {
             std::fs::create_dir_all(parent).map_err(io)?;
@@ -662,7 +847,11 @@ impl Agent {
         let _ = std::os::unix::fs::chown(&termination_file, Some(uid as u32), Some(gid as u32));
         mounts.push(Mount {
             source: termination_file.clone(),
-            target: PathBuf::from(c.termination_message_path.as_deref().unwrap_or(DEFAULT_TERMINATION_MESSAGE_PATH)),
+            target: PathBuf::from(
+                c.termination_message_path
+                    .as_deref()
+                    .unwrap_or(DEFAULT_TERMINATION_MESSAGE_PATH),
+            ),
             read_only: false,
         });
         Ok((
@@ -688,7 +877,10 @@ impl Agent {
         };
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &handle.namespace);
         let patch = serde_json::json!({ "status": status });
-        if let Err(e) = api.patch_status(&handle.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        if let Err(e) = api
+            .patch_status(&handle.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
             if !matches!(&e, kube::Error::Api(a) if a.code == 404) {
                 warn!(pod = %format!("{}/{}", handle.namespace, handle.name), "status update failed: {e}");
             }
@@ -701,7 +893,11 @@ fn append_log(path: &std::path::Path, message: &str) {
     if let Some(parent) = path.parent() {
         let _ = std::fs::create_dir_all(parent);
     }
-    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
         let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
         let _ = writeln!(f, "{ts} stderr F {message}");
     }
@@ -721,7 +917,11 @@ fn tail_log(path: &std::path::Path, lines: usize, max: usize) -> String {
         .filter_map(|l| process::parse_record(l).map(|r| r.content))
         .collect();
     let start = contents.len().saturating_sub(lines);
-    let mut out = contents[start..].iter().map(|l| String::from_utf8_lossy(l)).collect::<Vec<_>>().join("\n");
+    let mut out = contents[start..]
+        .iter()
+        .map(|l| String::from_utf8_lossy(l))
+        .collect::<Vec<_>>()
+        .join("\n");
     if out.len() > max {
         let mut cut = out.len() - max;
         while !out.is_char_boundary(cut) {
@@ -735,14 +935,25 @@ fn tail_log(path: &std::path::Path, lines: usize, max: usize) -> String {
 fn to_k8s_state(s: &State) -> ContainerState {
     match s {
         State::Waiting { reason, message } => ContainerState {
-            waiting: Some(ContainerStateWaiting { reason: Some(reason.clone()), message: message.clone() }),
+            waiting: Some(ContainerStateWaiting {
+                reason: Some(reason.clone()),
+                message: message.clone(),
+            }),
             ..Default::default()
         },
         State::Running { started_at } => ContainerState {
-            running: Some(ContainerStateRunning { started_at: Some(started_at.clone()) }),
+            running: Some(ContainerStateRunning {
+                started_at: Some(started_at.clone()),
+            }),
             ..Default::default()
         },
-        State::Terminated { exit_code, reason, message, started_at, finished_at } => ContainerState {
+        State::Terminated {
+            exit_code,
+            reason,
+            message,
+            started_at,
+            finished_at,
+        } => ContainerState {
             terminated: Some(ContainerStateTerminated {
                 exit_code: *exit_code,
                 reason: Some(reason.clone()),
@@ -782,7 +993,10 @@ pub fn phase(rt: &Runtime) -> &'static str {
     }
     let terminated = |c: &CState| matches!(c.state, State::Terminated { .. });
     if rt.finished && rt.main.iter().all(terminated) {
-        let ok = rt.main.iter().all(|c| matches!(c.state, State::Terminated { exit_code: 0, .. }));
+        let ok = rt
+            .main
+            .iter()
+            .all(|c| matches!(c.state, State::Terminated { exit_code: 0, .. }));
         return if ok { "Succeeded" } else { "Failed" };
     }
     if rt.main.iter().any(|c| !matches!(c.state, State::Waiting { reason: ref r, .. } if r == "ContainerCreating" || r == "ErrImagePull" || r == "CreateContainerConfigError")) {
@@ -796,7 +1010,12 @@ fn build_status(rt: &mut Runtime, pod: &Pod, host_ip: &str) -> PodStatus {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let phase = phase(rt);
     let terminal = phase == "Succeeded" || phase == "Failed";
-    let unready: Vec<String> = rt.main.iter().filter(|c| !c.ready).map(|c| c.name.clone()).collect();
+    let unready: Vec<String> = rt
+        .main
+        .iter()
+        .filter(|c| !c.ready)
+        .map(|c| c.name.clone())
+        .collect();
     let uninit: Vec<String> = rt
         .init
         .iter()
@@ -804,7 +1023,11 @@ fn build_status(rt: &mut Runtime, pod: &Pod, host_ip: &str) -> PodStatus {
         .map(|c| c.name.clone())
         .collect();
     let mut conditions = Vec::new();
-    let mut cond = |rt: &mut Runtime, kind: &'static str, ok: bool, reason: Option<String>, message: Option<String>| {
+    let mut cond = |rt: &mut Runtime,
+                    kind: &'static str,
+                    ok: bool,
+                    reason: Option<String>,
+                    message: Option<String>| {
         let entry = rt.conditions.entry(kind).or_insert((ok, now()));
         if entry.0 != ok {
             *entry = (ok, now());
@@ -819,20 +1042,47 @@ fn build_status(rt: &mut Runtime, pod: &Pod, host_ip: &str) -> PodStatus {
         });
     };
     let init_ok = rt.init_done && !rt.init_failed;
-    let ready_reason = if terminal { "PodCompleted" } else { "ContainersNotReady" };
-    let ready_msg = (!terminal).then(|| format!("containers with unready status: [{}]", unready.join(" ")));
-    cond(rt, "Initialized", init_ok || (terminal && uninit.is_empty()), Some("ContainersNotInitialized".into()),
-        Some(format!("containers with incomplete status: [{}]", uninit.join(" "))));
+    let ready_reason = if terminal {
+        "PodCompleted"
+    } else {
+        "ContainersNotReady"
+    };
+    let ready_msg =
+        (!terminal).then(|| format!("containers with unready status: [{}]", unready.join(" ")));
+    cond(
+        rt,
+        "Initialized",
+        init_ok || (terminal && uninit.is_empty()),
+        Some("ContainersNotInitialized".into()),
+        Some(format!(
+            "containers with incomplete status: [{}]",
+            uninit.join(" ")
+        )),
+    );
     let all_ready = unready.is_empty() && !terminal;
-    cond(rt, "Ready", all_ready, Some(ready_reason.into()), ready_msg.clone());
-    cond(rt, "ContainersReady", all_ready, Some(ready_reason.into()), ready_msg);
+    cond(
+        rt,
+        "Ready",
+        all_ready,
+        Some(ready_reason.into()),
+        ready_msg.clone(),
+    );
+    cond(
+        rt,
+        "ContainersReady",
+        all_ready,
+        Some(ready_reason.into()),
+        ready_msg,
+    );
     cond(rt, "PodScheduled", true, None, None);
     PodStatus {
         phase: Some(phase.into()),
         conditions: Some(conditions),
         host_ip: Some(host_ip.into()),
         pod_ip: Some(rt.pod_ip.clone()),
-        pod_ips: Some(vec![PodIP { ip: rt.pod_ip.clone() }]),
+        pod_ips: Some(vec![PodIP {
+            ip: rt.pod_ip.clone(),
+        }]),
         start_time: Some(rt.start_time.clone()),
         qos_class: pod.status.as_ref().and_then(|s| s.qos_class.clone()),
         init_container_statuses: (!rt.init.is_empty())
@@ -847,7 +1097,15 @@ mod tests {
     use super::*;
 
     fn cs(state: State) -> CState {
-        CState { name: "c".into(), image: "i".into(), restart_count: 0, state, last_state: None, ready: false, pid: -1 }
+        CState {
+            name: "c".into(),
+            image: "i".into(),
+            restart_count: 0,
+            state,
+            last_state: None,
+            ready: false,
+            pid: -1,
+        }
     }
 
     fn rt(main: Vec<CState>, init_done: bool, finished: bool) -> Runtime {
@@ -864,18 +1122,55 @@ mod tests {
     }
 
     fn term(code: i32) -> State {
-        State::Terminated { exit_code: code, reason: "x".into(), message: None, started_at: None, finished_at: now() }
+        State::Terminated {
+            exit_code: code,
+            reason: "x".into(),
+            message: None,
+            started_at: None,
+            finished_at: now(),
+        }
     }
 
     #[test]
     fn phase_follows_containers() {
-        assert_eq!(phase(&rt(vec![cs(waiting("ContainerCreating", None))], true, false)), "Pending");
-        assert_eq!(phase(&rt(vec![cs(waiting("PodInitializing", None))], false, false)), "Pending");
-        assert_eq!(phase(&rt(vec![cs(State::Running { started_at: now() })], true, false)), "Running");
+        assert_eq!(
+            phase(&rt(
+                vec![cs(waiting("ContainerCreating", None))],
+                true,
+                false
+            )),
+            "Pending"
+        );
+        assert_eq!(
+            phase(&rt(
+                vec![cs(waiting("PodInitializing", None))],
+                false,
+                false
+            )),
+            "Pending"
+        );
+        assert_eq!(
+            phase(&rt(
+                vec![cs(State::Running { started_at: now() })],
+                true,
+                false
+            )),
+            "Running"
+        );
         assert_eq!(phase(&rt(vec![cs(term(0))], true, true)), "Succeeded");
-        assert_eq!(phase(&rt(vec![cs(term(0)), cs(term(3))], true, true)), "Failed");
+        assert_eq!(
+            phase(&rt(vec![cs(term(0)), cs(term(3))], true, true)),
+            "Failed"
+        );
         // Restarting (CrashLoopBackOff) counts as Running.
-        assert_eq!(phase(&rt(vec![cs(waiting("CrashLoopBackOff", None))], true, false)), "Running");
+        assert_eq!(
+            phase(&rt(
+                vec![cs(waiting("CrashLoopBackOff", None))],
+                true,
+                false
+            )),
+            "Running"
+        );
         let mut failed_init = rt(vec![cs(waiting("PodInitializing", None))], false, true);
         failed_init.init_failed = true;
         assert_eq!(phase(&failed_init), "Failed");

@@ -20,10 +20,15 @@ pub async fn run(p: Probe, t: Target, tx: mpsc::Sender<bool>) {
     let timeout = Duration::from_secs(p.timeout_seconds.unwrap_or(1).max(1) as u64);
     let success_threshold = p.success_threshold.unwrap_or(1).max(1);
     let failure_threshold = p.failure_threshold.unwrap_or(3).max(1);
-    tokio::time::sleep(Duration::from_secs(p.initial_delay_seconds.unwrap_or(0).max(0) as u64)).await;
+    tokio::time::sleep(Duration::from_secs(
+        p.initial_delay_seconds.unwrap_or(0).max(0) as u64,
+    ))
+    .await;
     let (mut ready, mut successes, mut failures) = (false, 0, 0);
     loop {
-        let ok = tokio::time::timeout(timeout, once(&p, &t)).await.unwrap_or(false);
+        let ok = tokio::time::timeout(timeout, once(&p, &t))
+            .await
+            .unwrap_or(false);
         if ok {
             successes += 1;
             failures = 0;
@@ -63,13 +68,17 @@ fn port(t: &Target, port: &IntOrString) -> Option<u16> {
 
 async fn once(p: &Probe, t: &Target) -> bool {
     if let Some(h) = &p.http_get {
-        let Some(port) = port(t, &h.port) else { return false };
+        let Some(port) = port(t, &h.port) else {
+            return false;
+        };
         let host = h.host.clone().unwrap_or_else(|| t.pod_ip.clone());
         let path = h.path.clone().unwrap_or_else(|| "/".into());
         return http_get(&host, port, &path).await;
     }
     if let Some(tcp) = &p.tcp_socket {
-        let Some(port) = port(t, &tcp.port) else { return false };
+        let Some(port) = port(t, &tcp.port) else {
+            return false;
+        };
         let host = tcp.host.clone().unwrap_or_else(|| t.pod_ip.clone());
         return TcpStream::connect((host.as_str(), port)).await.is_ok();
     }
@@ -82,9 +91,13 @@ async fn once(p: &Probe, t: &Target) -> bool {
         let mut cmd = tokio::process::Command::new("nsenter");
         cmd.arg("--target").arg(t.pid.to_string()).arg("--mount");
         if let Some((uid, gid)) = t.uid_gid {
-            cmd.arg(format!("--setuid={uid}")).arg(format!("--setgid={gid}"));
+            cmd.arg(format!("--setuid={uid}"))
+                .arg(format!("--setgid={gid}"));
         }
-        cmd.arg("--").args(&command).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+        cmd.arg("--")
+            .args(&command)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
         return cmd.status().await.map(|s| s.success()).unwrap_or(false);
     }
     false
@@ -92,7 +105,9 @@ async fn once(p: &Probe, t: &Target) -> bool {
 
 /// A minimal HTTP/1.1 GET: success is a status code in 200..400, as for the kubelet.
 async fn http_get(host: &str, port: u16, path: &str) -> bool {
-    let Ok(mut s) = TcpStream::connect((host, port)).await else { return false };
+    let Ok(mut s) = TcpStream::connect((host, port)).await else {
+        return false;
+    };
     let req = format!("GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: kube-probe/1.20\r\nConnection: close\r\n\r\n");
     if s.write_all(req.as_bytes()).await.is_err() {
         return false;
@@ -117,7 +132,10 @@ fn parse_status(head: &[u8]) -> Option<u16> {
 mod tests {
     #[test]
     fn parses_status_line() {
-        assert_eq!(super::parse_status(b"HTTP/1.1 204 No Content\r\n"), Some(204));
+        assert_eq!(
+            super::parse_status(b"HTTP/1.1 204 No Content\r\n"),
+            Some(204)
+        );
         assert_eq!(super::parse_status(b"garbage"), None);
     }
 }

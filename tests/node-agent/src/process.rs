@@ -47,7 +47,8 @@ fn ensure_targets(mounts: &[Mount]) -> std::io::Result<()> {
 }
 
 fn cstr(p: &Path) -> std::io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
 }
 
 fn check(rc: libc::c_int) -> std::io::Result<()> {
@@ -81,7 +82,10 @@ pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
     let (uid, gid) = (spec.uid, spec.gid);
 
     let Some(program) = spec.argv.first() else {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command"));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "empty command",
+        ));
     };
     let mut cmd = Command::new(program);
     cmd.args(&spec.argv[1..])
@@ -104,7 +108,13 @@ pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
                 std::ptr::null(),
             ))?;
             for (src, dst, ro) in &binds {
-                check(libc::mount(src.as_ptr(), dst.as_ptr(), std::ptr::null(), libc::MS_BIND | libc::MS_REC, std::ptr::null()))?;
+                check(libc::mount(
+                    src.as_ptr(),
+                    dst.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND | libc::MS_REC,
+                    std::ptr::null(),
+                ))?;
                 if *ro {
                     check(libc::mount(
                         std::ptr::null(),
@@ -131,7 +141,10 @@ pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
         std::fs::create_dir_all(parent)?;
     }
     let log = Arc::new(Mutex::new(
-        std::fs::OpenOptions::new().create(true).append(true).open(&spec.log_path)?,
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&spec.log_path)?,
     ));
     let mut child = cmd.spawn()?;
     let pid = child.id().map(|p| p as i32).unwrap_or(-1);
@@ -142,10 +155,18 @@ pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
     if let Some(err) = child.stderr.take() {
         log_tasks.push(tokio::spawn(copy_lines(err, "stderr", log)));
     }
-    Ok(Running { child, pid, log_tasks })
+    Ok(Running {
+        child,
+        pid,
+        log_tasks,
+    })
 }
 
-async fn copy_lines(stream: impl AsyncRead + Unpin, name: &'static str, log: Arc<Mutex<std::fs::File>>) {
+async fn copy_lines(
+    stream: impl AsyncRead + Unpin,
+    name: &'static str,
+    log: Arc<Mutex<std::fs::File>>,
+) {
     use std::io::Write;
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
@@ -194,7 +215,10 @@ pub fn parse_record(line: &[u8]) -> Option<LogRecord<'_>> {
     let _stream = parts.next()?;
     let _tag = parts.next()?;
     let content = parts.next().unwrap_or(b"");
-    Some(LogRecord { timestamp: ts, content })
+    Some(LogRecord {
+        timestamp: ts,
+        content,
+    })
 }
 
 #[cfg(test)]

@@ -31,15 +31,22 @@ struct LogQuery {
     since_time: Option<String>,
 }
 
-pub async fn serve(agent: Arc<Agent>, listener: TcpListener, cert: &std::path::Path, key: &std::path::Path) -> anyhow::Result<()> {
+pub async fn serve(
+    agent: Arc<Agent>,
+    listener: TcpListener,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> anyhow::Result<()> {
     let certs = rustls_pemfile::certs(&mut std::io::BufReader::new(std::fs::File::open(cert)?))
         .collect::<Result<Vec<_>, _>>()?;
     let key = rustls_pemfile::private_key(&mut std::io::BufReader::new(std::fs::File::open(key)?))?
         .ok_or_else(|| anyhow::anyhow!("no private key in {}", key.display()))?;
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)?;
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)?;
     let acceptor = TlsAcceptor::from(Arc::new(config));
     let app = Router::new()
         .route("/containerLogs/{ns}/{pod}/{container}", get(logs))
@@ -76,10 +83,16 @@ async fn logs(
     Query(q): Query<LogQuery>,
 ) -> Response {
     let Some(handle) = agent.find(&ns, &pod) else {
-        return error(StatusCode::NOT_FOUND, format!("pod {ns}/{pod} is not running on this node"));
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("pod {ns}/{pod} is not running on this node"),
+        );
     };
     let Some((restart, running)) = handle.container_log(&container) else {
-        return error(StatusCode::NOT_FOUND, format!("container {container} is not valid for pod {pod}"));
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("container {container} is not valid for pod {pod}"),
+        );
     };
     let previous = q.previous == Some(true);
     let n = if previous {
@@ -115,7 +128,17 @@ async fn logs(
         }
         return Response::new(Body::from(first));
     }
-    let state = Follow { handle, container, restart: n, path, offset: complete as u64, partial: Vec::new(), timestamps, first: Some(first), done: false };
+    let state = Follow {
+        handle,
+        container,
+        restart: n,
+        path,
+        offset: complete as u64,
+        partial: Vec::new(),
+        timestamps,
+        first: Some(first),
+        done: false,
+    };
     let stream = futures::stream::unfold(state, |mut s| async move {
         let chunk = s.next().await?;
         Some((Ok::<_, std::io::Error>(chunk), s))
@@ -129,7 +152,10 @@ trait RfindNewline {
 impl RfindNewline for Vec<u8> {
     /// Length of the prefix that ends with the last complete line.
     fn rfind_newline(&self) -> usize {
-        self.iter().rposition(|b| *b == b'\n').map(|i| i + 1).unwrap_or(0)
+        self.iter()
+            .rposition(|b| *b == b'\n')
+            .map(|i| i + 1)
+            .unwrap_or(0)
     }
 }
 
@@ -138,7 +164,8 @@ fn since_cutoff(q: &LogQuery) -> Option<String> {
         return Some(t.clone());
     }
     q.since_seconds.map(|s| {
-        (chrono::Utc::now() - chrono::Duration::seconds(s)).to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+        (chrono::Utc::now() - chrono::Duration::seconds(s))
+            .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
     })
 }
 

@@ -37,11 +37,17 @@ impl Objects {
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
         let mut out = Objects::default();
         for name in secret_names {
-            let got = secrets.get_opt(&name).await.map_err(|e| format!("get secret {name}: {e}"))?;
+            let got = secrets
+                .get_opt(&name)
+                .await
+                .map_err(|e| format!("get secret {name}: {e}"))?;
             out.secrets.insert(name, got);
         }
         for name in cm_names {
-            let got = cms.get_opt(&name).await.map_err(|e| format!("get configmap {name}: {e}"))?;
+            let got = cms
+                .get_opt(&name)
+                .await
+                .map_err(|e| format!("get configmap {name}: {e}"))?;
             out.config_maps.insert(name, got);
         }
         Ok(out)
@@ -54,7 +60,11 @@ fn referenced(pod: &Pod) -> (HashSet<String>, HashSet<String>) {
     let Some(spec) = &pod.spec else {
         return (secrets, cms);
     };
-    let containers = spec.init_containers.iter().flatten().chain(spec.containers.iter());
+    let containers = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter());
     for c in containers {
         for from in c.env_from.iter().flatten() {
             if let Some(r) = &from.secret_ref {
@@ -129,7 +139,10 @@ pub async fn prepare(
                 }
                 std::fs::write(&path, b"").map_err(io)?;
             } else if !kind.is_empty() && !path.exists() {
-                return Err(format!("hostPath type check failed: {} is not a {kind}", hp.path));
+                return Err(format!(
+                    "hostPath type check failed: {} is not a {kind}",
+                    hp.path
+                ));
             }
             out.insert(v.name.clone(), path);
         } else if let Some(s) = &v.secret {
@@ -137,18 +150,40 @@ pub async fn prepare(
             let mode = s.default_mode.unwrap_or(0o644);
             fresh_dir(&dir).map_err(io)?;
             match objects.secret(&name) {
-                Some(secret) => write_keys(&dir, &secret_data(secret), s.items.as_deref(), mode, s.optional)?,
+                Some(secret) => write_keys(
+                    &dir,
+                    &secret_data(secret),
+                    s.items.as_deref(),
+                    mode,
+                    s.optional,
+                )?,
                 None if s.optional == Some(true) => {}
-                None => return Err(format!("MountVolume.SetUp failed for volume \"{}\" : secret \"{name}\" not found", v.name)),
+                None => {
+                    return Err(format!(
+                        "MountVolume.SetUp failed for volume \"{}\" : secret \"{name}\" not found",
+                        v.name
+                    ))
+                }
             }
             out.insert(v.name.clone(), dir);
         } else if let Some(c) = &v.config_map {
             let mode = c.default_mode.unwrap_or(0o644);
             fresh_dir(&dir).map_err(io)?;
             match objects.config_map(&c.name) {
-                Some(cm) => write_keys(&dir, &config_map_data(cm), c.items.as_deref(), mode, c.optional)?,
+                Some(cm) => write_keys(
+                    &dir,
+                    &config_map_data(cm),
+                    c.items.as_deref(),
+                    mode,
+                    c.optional,
+                )?,
                 None if c.optional == Some(true) => {}
-                None => return Err(format!("MountVolume.SetUp failed for volume \"{}\" : configmap \"{}\" not found", v.name, c.name)),
+                None => {
+                    return Err(format!(
+                        "MountVolume.SetUp failed for volume \"{}\" : configmap \"{}\" not found",
+                        v.name, c.name
+                    ))
+                }
             }
             out.insert(v.name.clone(), dir);
         } else if let Some(d) = &v.downward_api {
@@ -162,14 +197,26 @@ pub async fn prepare(
             for src in p.sources.iter().flatten() {
                 if let Some(s) = &src.secret {
                     match objects.secret(&s.name) {
-                        Some(secret) => write_keys(&dir, &secret_data(secret), s.items.as_deref(), mode, s.optional)?,
+                        Some(secret) => write_keys(
+                            &dir,
+                            &secret_data(secret),
+                            s.items.as_deref(),
+                            mode,
+                            s.optional,
+                        )?,
                         None if s.optional == Some(true) => {}
                         None => return Err(format!("secret \"{}\" not found", s.name)),
                     }
                 }
                 if let Some(c) = &src.config_map {
                     match objects.config_map(&c.name) {
-                        Some(cm) => write_keys(&dir, &config_map_data(cm), c.items.as_deref(), mode, c.optional)?,
+                        Some(cm) => write_keys(
+                            &dir,
+                            &config_map_data(cm),
+                            c.items.as_deref(),
+                            mode,
+                            c.optional,
+                        )?,
                         None if c.optional == Some(true) => {}
                         None => return Err(format!("configmap \"{}\" not found", c.name)),
                     }
@@ -178,7 +225,9 @@ pub async fn prepare(
                     write_downward(&dir, pod, d.items.iter().flatten(), mode, pod_ip, host_ip)?;
                 }
                 if let Some(t) = &src.service_account_token {
-                    let token = request_token(client, pod, t.audience.clone(), t.expiration_seconds).await?;
+                    let token =
+                        request_token(client, pod, t.audience.clone(), t.expiration_seconds)
+                            .await?;
                     write_file(&dir.join(&t.path), token.as_bytes(), mode).map_err(io)?;
                 }
             }
@@ -190,7 +239,10 @@ pub async fn prepare(
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).map_err(io)?;
             out.insert(v.name.clone(), dir);
         } else {
-            return Err(format!("volume {}: this volume type is not supported by the test node agent", v.name));
+            return Err(format!(
+                "volume {}: this volume type is not supported by the test node agent",
+                v.name
+            ));
         }
     }
     Ok(out)
@@ -205,8 +257,12 @@ fn fresh_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 fn secret_data(s: &Secret) -> BTreeMap<String, Vec<u8>> {
-    let mut out: BTreeMap<String, Vec<u8>> =
-        s.data.iter().flatten().map(|(k, v)| (k.clone(), v.0.clone())).collect();
+    let mut out: BTreeMap<String, Vec<u8>> = s
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect();
     for (k, v) in s.string_data.iter().flatten() {
         out.insert(k.clone(), v.clone().into_bytes());
     }
@@ -214,8 +270,12 @@ fn secret_data(s: &Secret) -> BTreeMap<String, Vec<u8>> {
 }
 
 fn config_map_data(c: &ConfigMap) -> BTreeMap<String, Vec<u8>> {
-    let mut out: BTreeMap<String, Vec<u8>> =
-        c.data.iter().flatten().map(|(k, v)| (k.clone(), v.clone().into_bytes())).collect();
+    let mut out: BTreeMap<String, Vec<u8>> = c
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
+        .collect();
     for (k, v) in c.binary_data.iter().flatten() {
         out.insert(k.clone(), v.0.clone());
     }
@@ -239,7 +299,8 @@ fn write_keys(
         Some(items) => {
             for item in items {
                 match data.get(&item.key) {
-                    Some(v) => write_file(&dir.join(&item.path), v, item.mode.unwrap_or(mode)).map_err(err)?,
+                    Some(v) => write_file(&dir.join(&item.path), v, item.mode.unwrap_or(mode))
+                        .map_err(err)?,
                     None if optional == Some(true) => {}
                     None => return Err(format!("key {} not found", item.key)),
                 }
@@ -262,7 +323,12 @@ fn write_downward<'a>(
             Some(f) => field_path(pod, &f.field_path, pod_ip, host_ip)?,
             None => String::new(),
         };
-        write_file(&dir.join(&item.path), value.as_bytes(), item.mode.unwrap_or(mode)).map_err(|e| e.to_string())?;
+        write_file(
+            &dir.join(&item.path),
+            value.as_bytes(),
+            item.mode.unwrap_or(mode),
+        )
+        .map_err(|e| e.to_string())?;
     }
     Ok(())
 }
@@ -319,16 +385,24 @@ pub struct Mount {
 }
 
 /// The container's `volumeMounts` as bind mounts (with `subPath` and `readOnly`).
-pub fn mounts(container: &Container, volumes: &HashMap<String, PathBuf>) -> Result<Vec<Mount>, String> {
+pub fn mounts(
+    container: &Container,
+    volumes: &HashMap<String, PathBuf>,
+) -> Result<Vec<Mount>, String> {
     let mut out = Vec::new();
     for m in container.volume_mounts.iter().flatten() {
         let Some(base) = volumes.get(&m.name) else {
-            return Err(format!("volumeMount {}: no volume named {}", m.mount_path, m.name));
+            return Err(format!(
+                "volumeMount {}: no volume named {}",
+                m.mount_path, m.name
+            ));
         };
         let mut source = base.clone();
         if let Some(sub) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
             if sub.split('/').any(|c| c == "..") || sub.starts_with('/') {
-                return Err(format!("subPath {sub:?} must be a relative path without '..'"));
+                return Err(format!(
+                    "subPath {sub:?} must be a relative path without '..'"
+                ));
             }
             source = source.join(sub);
             if !source.exists() {

@@ -13,7 +13,12 @@ async fn pod_of_job(ns: &TestNamespace, job: &str) -> Pod {
     let pods: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
     let selector = format!("job-name={job}");
     wait_for(T, "the job's pod", || async {
-        pods.list(&kube::api::ListParams::default().labels(&selector)).await.ok()?.items.into_iter().next()
+        pods.list(&kube::api::ListParams::default().labels(&selector))
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .next()
     })
     .await
 }
@@ -29,19 +34,40 @@ async fn terminated_pod(ns: &TestNamespace, name: &str) -> Pod {
 }
 
 fn terminated(pod: &Pod) -> k8s_openapi::api::core::v1::ContainerStateTerminated {
-    pod.status.as_ref().and_then(|s| s.container_statuses.as_ref()).and_then(|c| c.first())
-        .and_then(|c| c.state.as_ref()).and_then(|s| s.terminated.clone())
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.terminated.clone())
         .unwrap_or_else(|| panic!("no terminated state in {:?}", pod.status))
 }
 
 #[tokio::test]
 async fn job_completes_and_kubectl_logs_shows_its_output() {
     let ns = TestNamespace::new("echo").await;
-    ns.kubectl(&["create", "job", "hello", "--image=busybox", "--", "sh", "-c", "echo hello"]);
-    ns.kubectl(&["wait", "--for=condition=complete", "job/hello", "--timeout=60s"]);
+    ns.kubectl(&[
+        "create",
+        "job",
+        "hello",
+        "--image=busybox",
+        "--",
+        "sh",
+        "-c",
+        "echo hello",
+    ]);
+    ns.kubectl(&[
+        "wait",
+        "--for=condition=complete",
+        "job/hello",
+        "--timeout=60s",
+    ]);
     assert_eq!(ns.kubectl(&["logs", "job/hello"]), "hello\n");
     let ts = ns.kubectl(&["logs", "job/hello", "--timestamps"]);
-    assert!(ts.ends_with(" hello\n") && ts.starts_with("20"), "timestamps missing: {ts:?}");
+    assert!(
+        ts.ends_with(" hello\n") && ts.starts_with("20"),
+        "timestamps missing: {ts:?}"
+    );
 }
 
 #[tokio::test]
@@ -61,10 +87,18 @@ spec:
       - {name: main, image: busybox, command: [sh, -c, "echo about to fail; exit 3"]}
 "#,
     );
-    ns.kubectl(&["wait", "--for=condition=failed", "job/three", "--timeout=60s"]);
+    ns.kubectl(&[
+        "wait",
+        "--for=condition=failed",
+        "job/three",
+        "--timeout=60s",
+    ]);
     let pod = pod_of_job(&ns, "three").await;
     let pod = terminated_pod(&ns, pod.metadata.name.as_deref().unwrap()).await;
-    assert_eq!(pod.status.as_ref().unwrap().phase.as_deref(), Some("Failed"));
+    assert_eq!(
+        pod.status.as_ref().unwrap().phase.as_deref(),
+        Some("Failed")
+    );
     let t = terminated(&pod);
     assert_eq!(t.exit_code, 3);
     assert_eq!(t.reason.as_deref(), Some("Error"));
@@ -149,9 +183,24 @@ spec:
     command: [sh, -c, 'trap "echo ignored-term > /marker/stubborn" TERM; echo $$$$ > /marker/stubborn.pid; while true; do sleep 0.1; done']
 "#
     ));
-    ns.kubectl(&["wait", "--for=condition=ready", "pod/polite", "pod/stubborn", "--timeout=60s"]);
-    wait_until(T, "pid files", || async { marker.join("polite.pid").exists() && marker.join("stubborn.pid").exists() }).await;
-    let pid = |f: &str| std::fs::read_to_string(marker.join(f)).unwrap().trim().parse::<i32>().unwrap();
+    ns.kubectl(&[
+        "wait",
+        "--for=condition=ready",
+        "pod/polite",
+        "pod/stubborn",
+        "--timeout=60s",
+    ]);
+    wait_until(T, "pid files", || async {
+        marker.join("polite.pid").exists() && marker.join("stubborn.pid").exists()
+    })
+    .await;
+    let pid = |f: &str| {
+        std::fs::read_to_string(marker.join(f))
+            .unwrap()
+            .trim()
+            .parse::<i32>()
+            .unwrap()
+    };
     let (polite, stubborn) = (pid("polite.pid"), pid("stubborn.pid"));
     let alive = |p: i32| unsafe { libc::kill(p, 0) == 0 };
     assert!(alive(polite) && alive(stubborn));
@@ -160,14 +209,31 @@ spec:
     ns.kubectl(&["delete", "pod", "polite", "stubborn", "--wait=false"]);
     let pods: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
     wait_until(T, "both pods to be gone", || async {
-        pods.get_opt("polite").await.ok().flatten().is_none() && pods.get_opt("stubborn").await.ok().flatten().is_none()
+        pods.get_opt("polite").await.ok().flatten().is_none()
+            && pods.get_opt("stubborn").await.ok().flatten().is_none()
     })
     .await;
     // The polite one stopped on SIGTERM at once; the stubborn one lived out its 2 s grace.
-    assert_eq!(std::fs::read_to_string(marker.join("polite")).unwrap().trim(), "got-term");
-    assert_eq!(std::fs::read_to_string(marker.join("stubborn")).unwrap().trim(), "ignored-term");
-    assert!(start.elapsed() >= Duration::from_secs(2), "SIGKILL came before the grace period");
-    assert!(!alive(polite) && !alive(stubborn), "a container process survived its pod");
+    assert_eq!(
+        std::fs::read_to_string(marker.join("polite"))
+            .unwrap()
+            .trim(),
+        "got-term"
+    );
+    assert_eq!(
+        std::fs::read_to_string(marker.join("stubborn"))
+            .unwrap()
+            .trim(),
+        "ignored-term"
+    );
+    assert!(
+        start.elapsed() >= Duration::from_secs(2),
+        "SIGKILL came before the grace period"
+    );
+    assert!(
+        !alive(polite) && !alive(stubborn),
+        "a container process survived its pod"
+    );
     let _ = std::fs::remove_dir_all(&marker);
 }
 
@@ -237,12 +303,24 @@ spec:
     let logs = ns.kubectl(&["logs", "reader"]);
     assert_eq!(terminated(&pod).exit_code, 0, "{logs}");
     let ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
-    assert!(logs.contains(&format!(
+    assert!(
+        logs.contains(&format!(
         "env=s3cr3t cm=hello-from-configmap combined=reader@{} ip={ip} uid=1000 pwd=/scratch/work",
         ns.name
-    )), "{logs}");
-    assert!(logs.contains("vol=s3cr3t sub=in-a-subpath labels=app=\"reader\" g=hello-from-configmap"), "{logs}");
-    for line in ["sa-token-ok", "sa-namespace-ok", "bound-token-ok", "read-only-ok", "scratch-writable"] {
+    )),
+        "{logs}"
+    );
+    assert!(
+        logs.contains("vol=s3cr3t sub=in-a-subpath labels=app=\"reader\" g=hello-from-configmap"),
+        "{logs}"
+    );
+    for line in [
+        "sa-token-ok",
+        "sa-namespace-ok",
+        "bound-token-ok",
+        "read-only-ok",
+        "scratch-writable",
+    ] {
         assert!(logs.contains(line), "missing {line} in:\n{logs}");
     }
 }
@@ -256,7 +334,11 @@ async fn rbac_is_real_for_a_pods_own_service_account_token() {
       curl -s -o /dev/null -w "code=%{http_code}\n" --cacert /var/run/secrets/kubernetes.io/serviceaccount/ca.crt \
         -H "Authorization: Bearer $TOKEN" https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/api/v1/namespaces/$NS/secrets/target
 "#;
-    let indented = script.lines().map(|l| format!("      {l}")).collect::<Vec<_>>().join("\n");
+    let indented = script
+        .lines()
+        .map(|l| format!("      {l}"))
+        .collect::<Vec<_>>()
+        .join("\n");
     ns.apply(&format!(
         r#"
 apiVersion: v1
@@ -286,9 +368,15 @@ subjects: [{{kind: ServiceAccount, name: reader}}]
     ));
     for sa in ["nobody", "reader"] {
         // The token controller creates each ServiceAccount's token Secret asynchronously.
-        let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(ns.client.clone(), &ns.name);
+        let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(ns.client.clone(), &ns.name);
         wait_until(T, "the token secret", || async {
-            sas.get_opt(sa).await.ok().flatten().and_then(|s| s.secrets).is_some_and(|s| !s.is_empty())
+            sas.get_opt(sa)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|s| s.secrets)
+                .is_some_and(|s| !s.is_empty())
         })
         .await;
         ns.apply(&format!(
@@ -350,13 +438,19 @@ spec:
     );
     let pods: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
     let ready = |p: &Pod| {
-        p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
-            c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-        })
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
     };
     let p = pods.get("slow-ready").await.unwrap();
     assert!(!ready(&p), "ready before the probe could succeed");
-    ns.kubectl(&["wait", "--for=condition=ready", "pod/slow-ready", "--timeout=60s"]);
+    ns.kubectl(&[
+        "wait",
+        "--for=condition=ready",
+        "pod/slow-ready",
+        "--timeout=60s",
+    ]);
 
     let flaky = terminated_pod(&ns, "flaky").await;
     let st = flaky.status.unwrap();
@@ -382,9 +476,19 @@ spec:
     let pods: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
     let message = wait_for(T, "the ErrImagePull waiting reason", || async {
         let p = pods.get("nothing").await.ok()?;
-        let waiting = p.status?.container_statuses?.first()?.state.clone()?.waiting?;
-        (waiting.reason.as_deref() == Some("ErrImagePull")).then_some(waiting.message.unwrap_or_default())
+        let waiting = p
+            .status?
+            .container_statuses?
+            .first()?
+            .state
+            .clone()?
+            .waiting?;
+        (waiting.reason.as_deref() == Some("ErrImagePull"))
+            .then_some(waiting.message.unwrap_or_default())
     })
     .await;
-    assert!(message.contains("registry.invalid/no/such:image"), "{message}");
+    assert!(
+        message.contains("registry.invalid/no/such:image"),
+        "{message}"
+    );
 }

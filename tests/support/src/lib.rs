@@ -34,7 +34,8 @@ fn kubeconfig() -> String {
 pub async fn client() -> Client {
     let path = kubeconfig();
     let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&path).unwrap_or_else(|e| panic!("reading {path}: {e}")),
+        kube::config::Kubeconfig::read_from(&path)
+            .unwrap_or_else(|e| panic!("reading {path}: {e}")),
         &kube::config::KubeConfigOptions::default(),
     )
     .await
@@ -59,11 +60,20 @@ impl TestNamespace {
     pub async fn new(prefix: &str) -> TestNamespace {
         let client = client().await;
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let suffix = format!("{:x}{n}", std::process::id() ^ (Instant::now().elapsed().subsec_nanos()));
+        let suffix = format!(
+            "{:x}{n}",
+            std::process::id() ^ (Instant::now().elapsed().subsec_nanos())
+        );
         let mut name: String = format!("t-{prefix}-{suffix}")
             .to_lowercase()
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '-'
+                }
+            })
             .collect();
         name.truncate(63);
         let name = name.trim_end_matches('-').to_string();
@@ -77,13 +87,17 @@ impl TestNamespace {
             .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
         // Pods cannot be created before the namespace's default ServiceAccount exists.
         let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
-        wait_until(Duration::from_secs(30), "the default ServiceAccount and its token", || async {
-            sas.get_opt("default")
-                .await
-                .ok()
-                .flatten()
-                .is_some_and(|sa| sa.secrets.is_some_and(|s| !s.is_empty()))
-        })
+        wait_until(
+            Duration::from_secs(30),
+            "the default ServiceAccount and its token",
+            || async {
+                sas.get_opt("default")
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|sa| sa.secrets.is_some_and(|s| !s.is_empty()))
+            },
+        )
         .await;
         TestNamespace { name, client }
     }
@@ -96,7 +110,10 @@ impl TestNamespace {
     /// `kubectl apply -f -` of a YAML document in this namespace.
     pub fn apply(&self, yaml: &str) -> String {
         let (ok, out, err) = kubectl_stdin(&["-n", &self.name, "apply", "-f", "-"], yaml);
-        assert!(ok, "kubectl apply failed:\n{out}\n{err}\n--- manifest ---\n{yaml}");
+        assert!(
+            ok,
+            "kubectl apply failed:\n{out}\n{err}\n--- manifest ---\n{yaml}"
+        );
         out
     }
 
@@ -109,7 +126,10 @@ impl TestNamespace {
 impl Drop for TestNamespace {
     fn drop(&mut self) {
         if std::env::var_os("KEEP_TEST_NAMESPACES").is_some() {
-            eprintln!("keeping namespace {} (KEEP_TEST_NAMESPACES is set)", self.name);
+            eprintln!(
+                "keeping namespace {} (KEEP_TEST_NAMESPACES is set)",
+                self.name
+            );
             return;
         }
         // Drop cannot await: kubectl does the deletion without waiting for it to finish.
@@ -151,7 +171,9 @@ pub fn kubectl_stdin(args: &[&str], input: &str) -> (bool, String, String) {
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(input.as_bytes());
     }
-    let out = child.wait_with_output().unwrap_or_else(|e| panic!("kubectl: {e}"));
+    let out = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("kubectl: {e}"));
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -195,10 +217,166 @@ where
     }
 }
 
+static INSTALL: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+
+/// The operator's namespace in the kustomize install.
+pub const OPERATOR_NAMESPACE: &str = "pulumi-operator";
+
+/// Installs the operator as a user would (`kubectl apply --server-side -k kustomize/quickstart`)
+/// once per test binary, and waits until its Deployment is available. The images it names
+/// run the freshly built binaries (the node agent's image map; `tests/run.sh` builds them).
+pub async fn install_operator() {
+    INSTALL
+        .get_or_init(|| async {
+            let dir = repo_root().join("kustomize/quickstart");
+            let dir = dir.to_string_lossy().into_owned();
+            kubectl(&["apply", "--server-side", "--force-conflicts", "-k", &dir]);
+            // Tests may use short resync periods (PKO's floor is 60 s).
+            kubectl(&["-n", OPERATOR_NAMESPACE, "set", "env", "deployment/pulumi-operator", "MIN_RESYNC_SECONDS=1"]);
+            kubectl(&[
+                "-n",
+                OPERATOR_NAMESPACE,
+                "rollout",
+                "status",
+                "deployment/pulumi-operator",
+                "--timeout=120s",
+            ]);
+        })
+        .await;
+}
+
 /// Deletes an object and ignores "not found".
 pub async fn delete_quietly<K>(api: &Api<K>, name: &str)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let _ = api.delete(name, &DeleteParams::default()).await;
+}
+
+/// A git repository for end-to-end tests: a bare repository (served to the cluster) and a
+/// working copy to commit to.
+pub struct GitRepo {
+    pub bare: PathBuf,
+    pub work: PathBuf,
+}
+
+fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=e2e", "-c", "user.email=e2e@example.com", "-c", "init.defaultBranch=main"])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running git: {e}"));
+    assert!(out.status.success(), "git {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+impl GitRepo {
+    /// Creates `<root>/<name>.git` (bare) and a working copy next to it.
+    pub fn new(root: &std::path::Path, name: &str) -> GitRepo {
+        let bare = root.join(format!("{name}.git"));
+        let work = root.join(format!("{name}-work"));
+        std::fs::create_dir_all(&bare).expect("bare dir");
+        git(&bare, &["init", "-q", "--bare", "-b", "main"]);
+        // Served over HTTP by git-http-backend, which needs this for dumb clients only;
+        // harmless otherwise.
+        git(&bare, &["config", "http.receivepack", "false"]);
+        std::fs::create_dir_all(&work).expect("work dir");
+        git(&work, &["init", "-q", "-b", "main"]);
+        git(&work, &["remote", "add", "origin", bare.to_str().expect("utf-8 path")]);
+        GitRepo { bare, work }
+    }
+
+    /// Writes files (path → content), commits them to `main`, pushes, and returns the SHA.
+    pub fn commit(&self, files: &[(&str, &str)], message: &str) -> String {
+        for (path, content) in files {
+            let p = self.work.join(path);
+            if let Some(parent) = p.parent() {
+                std::fs::create_dir_all(parent).expect("dirs");
+            }
+            std::fs::write(&p, content).expect("write file");
+        }
+        git(&self.work, &["add", "-A"]);
+        git(&self.work, &["commit", "-q", "-m", message]);
+        git(&self.work, &["push", "-q", "origin", "main"]);
+        git(&self.work, &["rev-parse", "HEAD"])
+    }
+}
+
+/// A loopback HTTP git server (`tests/git-http-server.py`, git's own `git http-backend`)
+/// serving every bare repository under `root`; stopped when dropped.
+pub struct GitServer {
+    pub url: String,
+    child: std::process::Child,
+}
+
+impl GitServer {
+    pub fn start(root: &std::path::Path) -> GitServer {
+        use std::io::BufRead;
+        let script = repo_root().join("tests/git-http-server.py");
+        let mut child = Command::new("python3")
+            .arg(&script)
+            .arg("--root")
+            .arg(root)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", script.display()));
+        let stdout = child.stdout.take().expect("stdout");
+        let mut first = String::new();
+        std::io::BufReader::new(stdout).read_line(&mut first).expect("server's first line");
+        let url = first.trim().to_string();
+        assert!(url.starts_with("http://"), "unexpected first line from the git server: {first:?}");
+        GitServer { url, child }
+    }
+}
+
+impl Drop for GitServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A namespace prepared like a user's: the ServiceAccount `pulumi` bound to the operator's
+/// `pulumi-operator-stack` ClusterRole, a passphrase Secret, and a file backend directory on
+/// this machine that every pod of the test cluster can write to (pods are local processes).
+pub struct StackNamespace {
+    pub ns: TestNamespace,
+    pub backend_dir: PathBuf,
+    pub backend_url: String,
+}
+
+pub const TEST_PASSPHRASE: &str = "e2e-passphrase-do-not-leak-7f3a";
+
+impl StackNamespace {
+    pub async fn new(prefix: &str) -> StackNamespace {
+        install_operator().await;
+        let ns = TestNamespace::new(prefix).await;
+        let backend_dir = std::env::temp_dir().join(format!("pulumi-state-{}", ns.name));
+        std::fs::create_dir_all(&backend_dir).expect("backend dir");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&backend_dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        ns.apply(&format!(
+            r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: pulumi}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: pulumi-stack}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: pulumi-operator-stack}}
+subjects: [{{kind: ServiceAccount, name: pulumi, namespace: {ns}}}]
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: passphrase}}
+stringData: {{passphrase: {TEST_PASSPHRASE}}}
+"#,
+            ns = ns.name
+        ));
+        let backend_url = format!("file://{}", backend_dir.display());
+        StackNamespace { ns, backend_dir, backend_url }
+    }
 }

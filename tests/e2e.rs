@@ -1,0 +1,330 @@
+//! The core loop end to end, driven with kubectl as a user would: the operator installed with
+//! `kubectl apply -k kustomize/quickstart` runs in-cluster; Stacks point at git repositories
+//! served on loopback by git's own http-backend; every operation is a Job whose runner drives
+//! the Pulumi CLI stand-in (tests/pulumi-standin) against a file backend.
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::ListParams;
+use kube::Api;
+use pulumi_operator_api::Stack;
+use std::time::{Duration, Instant};
+use test_support::{kubectl, wait_for, wait_until, GitRepo, GitServer, StackNamespace, TEST_PASSPHRASE};
+
+const T: Duration = Duration::from_secs(120);
+
+const PROGRAM: &str = r#"name: e2e
+runtime: yaml
+config:
+  greeting:
+    type: string
+    default: hello
+resources:
+  rec:
+    type: standin:index:Record
+    properties:
+      value: ${greeting}
+outputs:
+  value: ${rec.value}
+  password:
+    fn::secret: top-secret-output-9d1
+"#;
+
+const FAILING: &str = r#"name: e2e
+runtime: yaml
+resources:
+  broken:
+    type: standin:index:Fail
+    properties:
+      message: this program fails on purpose
+"#;
+
+fn sleeping(seconds: u32) -> String {
+    format!(
+        "name: e2e\nruntime: yaml\nresources:\n  nap:\n    type: standin:index:Sleep\n    properties:\n      seconds: {seconds}\n  rec:\n    type: standin:index:Record\n    properties:\n      value: rested\noutputs:\n  value: ${{rec.value}}\n"
+    )
+}
+
+struct Fixture {
+    sn: StackNamespace,
+    repo: GitRepo,
+    server: GitServer,
+    _root: TempDir,
+}
+
+struct TempDir(std::path::PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Fixture {
+    async fn new(prefix: &str) -> Fixture {
+        let sn = StackNamespace::new(prefix).await;
+        let root = std::env::temp_dir().join(format!("e2e-git-{}", sn.ns.name));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let repo = GitRepo::new(&root, "app");
+        let server = GitServer::start(&root);
+        Fixture { sn, repo, server, _root: TempDir(root) }
+    }
+
+    fn url(&self) -> String {
+        format!("{}/app.git", self.server.url)
+    }
+
+    fn ns(&self) -> &str {
+        &self.sn.ns.name
+    }
+
+    /// A Stack manifest in PKO's shape; `source` holds `commit:` or `branch:` lines.
+    fn stack_yaml(&self, name: &str, source: &str, extra: &str) -> String {
+        format!(
+            r#"apiVersion: pulumi.com/v1
+kind: Stack
+metadata:
+  name: {name}
+spec:
+  stack: dev
+  projectRepo: {url}
+  {source}
+  backend: {backend}
+  serviceAccountName: pulumi
+  envRefs:
+    PULUMI_CONFIG_PASSPHRASE:
+      type: Secret
+      secret: {{name: passphrase, key: passphrase}}
+{extra}"#,
+            url = self.url(),
+            backend = self.sn.backend_url,
+        )
+    }
+
+    fn stacks(&self) -> Api<Stack> {
+        Api::namespaced(self.sn.ns.client.clone(), self.ns())
+    }
+
+    async fn stack(&self, name: &str) -> Stack {
+        self.stacks().get(name).await.unwrap()
+    }
+
+    async fn wait_stack(&self, name: &str, what: &str, check: impl Fn(&Stack) -> bool) -> Stack {
+        let stacks = self.stacks();
+        wait_for(T, what, || async { stacks.get(name).await.ok().filter(|s| check(s)) }).await
+    }
+}
+
+fn condition(s: &Stack, kind: &str) -> Option<(String, String)> {
+    s.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == kind).map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+fn ready(s: &Stack) -> bool {
+    condition(s, "Ready").is_some_and(|(st, _)| st == "True") && s.status.as_ref().and_then(|x| x.observed_generation) == s.metadata.generation
+}
+
+fn last_update_name(s: &Stack) -> String {
+    s.status.as_ref().and_then(|x| x.last_update.as_ref()).and_then(|l| l.name.clone()).unwrap_or_default()
+}
+
+fn stack_jobs(f: &Fixture, stack: &str) -> Vec<String> {
+    let out = kubectl(&["-n", f.ns(), "get", "jobs", "-l", &format!("pulumi.com/stack-name={stack}"), "-o", "name"]);
+    out.lines().map(str::to_string).collect()
+}
+
+/// a) A commit-pinned Stack becomes Ready; outputs reach status (secret masked) and the
+/// outputs Secret; `kubectl logs job/<update>` shows the Pulumi output; nothing keeps running.
+#[tokio::test]
+async fn commit_pinned_stack_becomes_ready_with_outputs_and_logs() {
+    let f = Fixture::new("commit").await;
+    let sha = f.repo.commit(&[("infra/Pulumi.yaml", PROGRAM)], "initial program");
+    f.sn.ns.apply(&f.stack_yaml("app", &format!("commit: {sha}\n  repoDir: infra"), "  config:\n    greeting: hi from the stack\n"));
+    let s = f.wait_stack("app", "the stack to be Ready", ready).await;
+    let st = s.status.clone().unwrap();
+    let last = st.last_update.clone().unwrap();
+    assert_eq!(last.last_successful_commit.as_deref(), Some(sha.as_str()));
+    assert_eq!(last.state.as_ref().map(|s| s.as_str()), Some("succeeded"));
+    let outputs = st.outputs.clone().unwrap();
+    assert_eq!(outputs["value"], "hi from the stack");
+    assert_eq!(outputs["password"], "[secret]");
+
+    let update = last.name.unwrap();
+    let secrets: Api<Secret> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
+    let out = secrets.get(&format!("{update}-stack-outputs")).await.unwrap();
+    let keys = out.metadata.annotations.unwrap()["pulumi.com/secrets"].clone();
+    assert!(keys.contains("password"), "{keys}");
+    assert_eq!(String::from_utf8_lossy(&out.data.unwrap()["password"].0), "\"top-secret-output-9d1\"");
+
+    let logs = kubectl(&["-n", f.ns(), "logs", &format!("job/{update}")]);
+    assert!(logs.contains("rec"), "the Pulumi output should name the resource:\n{logs}");
+    assert!(!logs.contains(TEST_PASSPHRASE), "the passphrase leaked into the logs");
+
+    // Nothing of the stack runs any more.
+    let pods: Api<Pod> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
+    wait_until(Duration::from_secs(30), "no running pod of the stack", || async {
+        let list = pods.list(&ListParams::default().labels("pulumi.com/stack-name=app")).await.unwrap();
+        list.items.iter().all(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Running" | "Pending")))
+    })
+    .await;
+    // The Job spec carries only references to secrets.
+    let jobs: Api<Job> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
+    let job = serde_json::to_string(&jobs.get(&update).await.unwrap()).unwrap();
+    assert!(!job.contains(TEST_PASSPHRASE));
+    let events = kubectl(&["-n", f.ns(), "get", "events", "-o", "json"]);
+    assert!(events.contains("StackUpdateDetected") && events.contains("StackCreated"), "{events}");
+    assert!(!events.contains(TEST_PASSPHRASE) && !events.contains("top-secret-output-9d1"));
+}
+
+/// b) Branch tracking: a pushed commit produces a new Update within the resync interval.
+#[tokio::test]
+async fn branch_tracking_follows_pushed_commits() {
+    let f = Fixture::new("branch").await;
+    let first = f.repo.commit(&[("Pulumi.yaml", PROGRAM)], "v1");
+    f.sn.ns.apply(&f.stack_yaml("app", "branch: main\n  resyncFrequencySeconds: 3", ""));
+    let s = f.wait_stack("app", "the first deployment", ready).await;
+    assert_eq!(s.status.unwrap().last_update.unwrap().last_successful_commit.as_deref(), Some(first.as_str()));
+    let second = f.repo.commit(&[("Pulumi.yaml", &PROGRAM.replace("default: hello", "default: hello again"))], "v2");
+    let started = Instant::now();
+    let s = f
+        .wait_stack("app", "the pushed commit to be deployed", |s| {
+            s.status.as_ref().and_then(|x| x.last_update.as_ref()).and_then(|l| l.last_successful_commit.clone()).as_deref() == Some(second.as_str())
+        })
+        .await;
+    eprintln!("new commit deployed {:?} after the push", started.elapsed());
+    assert_eq!(s.status.unwrap().outputs.unwrap()["value"], "hello again");
+}
+
+/// c) A failing program retries with growing backoff, stalls after 3 failures, and a fixing
+/// commit makes it Ready.
+#[tokio::test]
+async fn failures_back_off_then_stall_and_a_fix_recovers() {
+    let f = Fixture::new("failing").await;
+    f.repo.commit(&[("Pulumi.yaml", FAILING)], "broken");
+    f.sn.ns.apply(&f.stack_yaml("app", "branch: main\n  resyncFrequencySeconds: 3", ""));
+    let mut seen: Vec<(i64, Instant)> = Vec::new();
+    let stacks = f.stacks();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        let s = stacks.get("app").await.unwrap();
+        let failures = s.status.as_ref().and_then(|x| x.last_update.as_ref()).and_then(|l| l.failures).unwrap_or(0);
+        if failures > 0 && seen.last().map(|l| l.0) != Some(failures) {
+            seen.push((failures, Instant::now()));
+        }
+        if condition(&s, "Stalled").is_some_and(|(st, r)| st == "True" && r == "UpdateFailed") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never stalled; failures seen: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let counts: Vec<i64> = seen.iter().map(|s| s.0).collect();
+    assert_eq!(counts, [1, 2, 3], "each failure is counted once");
+    let gap1 = seen[1].1 - seen[0].1;
+    let gap2 = seen[2].1 - seen[1].1;
+    assert!(gap1 >= Duration::from_secs(10), "first retry after {gap1:?}, expected ≥ 10 s");
+    assert!(gap2 >= Duration::from_secs(30) && gap2 > gap1, "second retry after {gap2:?}, expected ≥ 30 s");
+    let s = f.stack("app").await;
+    let last = s.status.as_ref().unwrap().last_update.clone().unwrap();
+    assert!(last.message.unwrap_or_default().contains("fails on purpose"));
+    // Stalled means no more attempts.
+    let jobs_before = stack_jobs(&f, "app").len();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(stack_jobs(&f, "app").len(), jobs_before, "a stalled stack must not retry");
+
+    let fix = f.repo.commit(&[("Pulumi.yaml", PROGRAM)], "fixed");
+    let s = f.wait_stack("app", "the fixing commit to make it Ready", ready).await;
+    assert_eq!(s.status.unwrap().last_update.unwrap().last_successful_commit.as_deref(), Some(fix.as_str()));
+}
+
+/// d) A new reconciliation-request value runs the stack again at once.
+#[tokio::test]
+async fn reconciliation_request_runs_again_at_once() {
+    let f = Fixture::new("request").await;
+    let sha = f.repo.commit(&[("Pulumi.yaml", PROGRAM)], "v1");
+    f.sn.ns.apply(&f.stack_yaml("app", &format!("commit: {sha}"), ""));
+    let first = last_update_name(&f.wait_stack("app", "Ready", ready).await);
+    kubectl(&["-n", f.ns(), "annotate", "stack", "app", "pulumi.com/reconciliation-request=now-1", "--overwrite"]);
+    let s = f
+        .wait_stack("app", "a run for the request", |s| {
+            ready(s) && s.status.as_ref().and_then(|x| x.last_update.as_ref()).and_then(|l| l.reconcile_request.clone()).as_deref() == Some("now-1")
+        })
+        .await;
+    assert_ne!(last_update_name(&s), first);
+    assert_eq!(s.status.unwrap().observed_reconcile_request.as_deref(), Some("now-1"));
+}
+
+/// e) Deleting a destroyOnFinalize Stack destroys its resources and removes the finalizer.
+#[tokio::test]
+async fn destroy_on_finalize_destroys_and_releases_the_stack() {
+    let f = Fixture::new("destroy").await;
+    let sha = f.repo.commit(&[("Pulumi.yaml", PROGRAM)], "v1");
+    f.sn.ns.apply(&f.stack_yaml("app", &format!("commit: {sha}"), "  destroyOnFinalize: true\n"));
+    let s = f.wait_stack("app", "Ready", ready).await;
+    assert!(s.metadata.finalizers.unwrap_or_default().contains(&"finalizer.stack.pulumi.com".to_string()));
+    let state = f.sn.backend_dir.join(".pulumi/stacks/e2e/dev.json");
+    let before = std::fs::read_to_string(&state).unwrap();
+    assert!(before.contains("standin:index:Record"), "{before}");
+    kubectl(&["-n", f.ns(), "delete", "stack", "app", "--wait=false"]);
+    let stacks = f.stacks();
+    wait_until(T, "the stack to be gone", || async { stacks.get_opt("app").await.unwrap().is_none() }).await;
+    let after = std::fs::read_to_string(&state).unwrap();
+    assert!(!after.contains("standin:index:Record"), "resources left after destroy:\n{after}");
+}
+
+fn lock_files(f: &Fixture) -> usize {
+    let dir = f.sn.backend_dir.join(".pulumi/locks");
+    fn count(p: &std::path::Path) -> usize {
+        std::fs::read_dir(p).map(|rd| rd.flatten().map(|e| if e.path().is_dir() { count(&e.path()) } else { 1 }).sum()).unwrap_or(0)
+    }
+    count(&dir)
+}
+
+async fn running_runner_pod(f: &Fixture) -> Pod {
+    let pods: Api<Pod> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
+    wait_for(T, "the pulumi container to run", || async {
+        let list = pods.list(&ListParams::default().labels("pulumi.com/stack-name=app")).await.ok()?;
+        list.items.into_iter().find(|p| {
+            p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).is_some_and(|cs| {
+                cs.iter().any(|c| c.name == "pulumi" && c.state.as_ref().is_some_and(|s| s.running.is_some()))
+            })
+        })
+    })
+    .await
+}
+
+/// f) Deleting the runner pod mid-update leaves no lock; the Update fails with a reason and
+/// the next attempt succeeds.
+#[tokio::test]
+async fn deleting_the_runner_pod_mid_update_leaves_no_lock() {
+    let f = Fixture::new("podkill").await;
+    let sha = f.repo.commit(&[("Pulumi.yaml", &sleeping(8))], "slow");
+    f.sn.ns.apply(&f.stack_yaml("app", &format!("commit: {sha}"), ""));
+    let pod = running_runner_pod(&f).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    kubectl(&["-n", f.ns(), "delete", "pod", pod.metadata.name.as_deref().unwrap(), "--wait=false"]);
+    let s = f
+        .wait_stack("app", "the interrupted update to be recorded", |s| {
+            s.status.as_ref().and_then(|x| x.last_update.as_ref()).and_then(|l| l.state.clone()).map(|x| x.as_str().to_string()).as_deref() == Some("failed")
+        })
+        .await;
+    let last = s.status.unwrap().last_update.unwrap();
+    let message = last.message.unwrap_or_default();
+    assert!(!message.is_empty(), "the failure has a reason");
+    let updates = kubectl(&["-n", f.ns(), "get", "update", last.name.as_deref().unwrap(), "-o", "jsonpath={.status.conditions[?(@.type==\"Failed\")].reason}"]);
+    assert!(!updates.is_empty(), "the Update's Failed condition has a reason");
+    assert_eq!(lock_files(&f), 0, "the stack was left locked");
+    let s = f.wait_stack("app", "the retry to succeed", ready).await;
+    assert_eq!(s.status.unwrap().outputs.unwrap()["value"], "rested");
+}
+
+/// g) Killing the operator pod mid-update: the new operator re-attaches; exactly one Job ran.
+#[tokio::test]
+async fn operator_restart_mid_update_reattaches() {
+    let f = Fixture::new("opkill").await;
+    let sha = f.repo.commit(&[("Pulumi.yaml", &sleeping(10))], "slow");
+    f.sn.ns.apply(&f.stack_yaml("app", &format!("commit: {sha}"), ""));
+    running_runner_pod(&f).await;
+    kubectl(&["-n", "pulumi-operator", "delete", "pod", "-l", "app.kubernetes.io/name=pulumi-operator", "--wait=false"]);
+    let s = f.wait_stack("app", "Ready after the operator restart", ready).await;
+    assert_eq!(stack_jobs(&f, "app").len(), 1, "exactly one Job ran");
+    assert_eq!(s.status.unwrap().outputs.unwrap()["value"], "rested");
+}
