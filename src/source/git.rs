@@ -52,7 +52,7 @@ pub fn ls_remote_blocking(url: &str, reference: &str) -> Result<String, String> 
     for wanted in &candidates {
         for r in &map.remote_refs {
             let (name, target, peeled) = r.unpack();
-            if name.to_string() == *wanted {
+            if name == wanted.as_str() {
                 if let Some(oid) = peeled.or(target) {
                     return Ok(oid.to_string());
                 }

@@ -72,10 +72,12 @@ pub async fn resolve(
                         r.kind, r.name
                     )))
                 }
-                Err(kube::Error::Api(e)) if e.code == 404 => return Err(SourceError(format!(
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    return Err(SourceError(format!(
                     "could not resolve sourceRef: the kind {} ({}) is not installed in the cluster",
                     r.kind, r.api_version
-                ))),
+                )))
+                }
                 Err(e) => return Err(SourceError(format!("could not resolve sourceRef: {e}"))),
             };
             let artifact = &obj.data["status"]["artifact"];

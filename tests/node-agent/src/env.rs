@@ -100,10 +100,10 @@ pub fn resolve(
                 }
             } else if let Some(f) = &from.field_ref {
                 Some(field_path(pod, &f.field_path, pod_ip, host_ip)?)
-            } else if let Some(r) = &from.resource_field_ref {
-                Some(resource_field(container, &r.resource))
             } else {
-                None
+                from.resource_field_ref
+                    .as_ref()
+                    .map(|r| resource_field(container, &r.resource))
             }
         } else {
             Some(expand(var.value.as_deref().unwrap_or(""), &vars))

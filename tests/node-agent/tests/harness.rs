@@ -339,33 +339,33 @@ async fn rbac_is_real_for_a_pods_own_service_account_token() {
         .map(|l| format!("      {l}"))
         .collect::<Vec<_>>()
         .join("\n");
-    ns.apply(&format!(
+    ns.apply(
         r#"
 apiVersion: v1
 kind: Secret
-metadata: {{name: target}}
-stringData: {{k: v}}
+metadata: {name: target}
+stringData: {k: v}
 ---
 apiVersion: v1
 kind: ServiceAccount
-metadata: {{name: nobody}}
+metadata: {name: nobody}
 ---
 apiVersion: v1
 kind: ServiceAccount
-metadata: {{name: reader}}
+metadata: {name: reader}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
-metadata: {{name: read-target}}
-rules: [{{apiGroups: [""], resources: [secrets], resourceNames: [target], verbs: [get]}}]
+metadata: {name: read-target}
+rules: [{apiGroups: [""], resources: [secrets], resourceNames: [target], verbs: [get]}]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
-metadata: {{name: reader}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: read-target}}
-subjects: [{{kind: ServiceAccount, name: reader}}]
-"#
-    ));
+metadata: {name: reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: read-target}
+subjects: [{kind: ServiceAccount, name: reader}]
+"#,
+    );
     for sa in ["nobody", "reader"] {
         // The token controller creates each ServiceAccount's token Secret asynchronously.
         let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
