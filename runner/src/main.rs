@@ -1,20 +1,100 @@
-//! The runner: runs inside every update Job. Its stages (bootstrap, fetch, run) arrive with
-//! the core-loop issue; for now it answers `--version`, which the operator's install uses to
-//! check that the runner image runs.
+//! `pulumi-runner`: see the library documentation.
 
-fn main() -> std::process::ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("--version") | Some("version") => {
+use clap::{Parser, Subcommand};
+use pulumi_operator_api::plan::{PLAN_FILE, RUNNER_BINARY};
+use pulumi_runner::plan::{Layout, DEFAULT_SHARE};
+use pulumi_runner::report::{self, DEFAULT_RESULT_FILE};
+use pulumi_runner::{bootstrap, fetch, plan, run, signals};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "pulumi-runner",
+    version,
+    about = "Runs one Pulumi stack operation inside a Kubernetes Job"
+)]
+struct Cli {
+    /// Where the result (termination message) is written.
+    #[arg(long, env = "PULUMI_RUNNER_RESULT_FILE", default_value = DEFAULT_RESULT_FILE, global = true)]
+    result_file: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Debug)]
+struct Common {
+    /// The plan (JSON RunPlan).
+    #[arg(long, env = "PULUMI_RUNNER_PLAN", default_value = PLAN_FILE)]
+    plan: PathBuf,
+    /// The share volume.
+    #[arg(long, env = "PULUMI_RUNNER_SHARE", default_value = DEFAULT_SHARE)]
+    share: PathBuf,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Copy this executable to DEST (default /share/pulumi-runner), mode 0755.
+    Bootstrap { dest: Option<PathBuf> },
+    /// Fetch the program into <share>/source and link <share>/workspace to it.
+    Fetch(Common),
+    /// Run the operation with the pulumi CLI found on PATH.
+    Run(Common),
+    /// Print the version.
+    Version,
+}
+
+fn main() -> ExitCode {
+    pulumi_runner::ensure_crypto_provider();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Version => {
             println!("pulumi-runner {}", env!("CARGO_PKG_VERSION"));
-            std::process::ExitCode::SUCCESS
+            return ExitCode::SUCCESS;
         }
-        _ => {
-            eprintln!(
-                "pulumi-runner {}: usage: pulumi-runner --version",
-                env!("CARGO_PKG_VERSION")
-            );
-            std::process::ExitCode::from(2)
+        Command::Bootstrap { dest } => {
+            let dest = dest.unwrap_or_else(|| PathBuf::from(RUNNER_BINARY));
+            bootstrap::bootstrap(&dest).unwrap_or_else(|f| f.into_result())
         }
-    }
+        Command::Fetch(common) => match plan::load(&common.plan) {
+            Ok(p) => {
+                fetch::fetch(&p, &Layout::new(&common.share)).unwrap_or_else(|f| f.into_result())
+            }
+            Err(f) => f.into_result(),
+        },
+        Command::Run(common) => match plan::load(&common.plan) {
+            Ok(p) => run_async(&p, &Layout::new(&common.share)),
+            Err(f) => f.into_result(),
+        },
+    };
+    report::finish(&cli.result_file, &result)
+}
+
+fn run_async(
+    p: &pulumi_operator_api::plan::RunPlan,
+    layout: &Layout,
+) -> pulumi_operator_api::plan::RunResult {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            return pulumi_runner::error::Failure::new(
+                pulumi_operator_api::plan::FailureReason::UpdateFailed,
+                format!("cannot start the runtime: {e}"),
+            )
+            .into_result()
+        }
+    };
+    runtime.block_on(async {
+        let signals = match signals::Signals::install() {
+            Ok(s) => s,
+            Err(e) => {
+                report::log(format!("cannot install signal handlers: {e}"));
+                signals::Signals::none()
+            }
+        };
+        run::run(p, layout, &run::RunOptions::from_env(), signals).await
+    })
 }

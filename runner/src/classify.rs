@@ -1,0 +1,392 @@
+//! Failure classification from Pulumi's exit code and output (pulumi-cli-contract.md §4).
+//!
+//! Output is observed line by line while it streams ([`Observed::line`]), so classification
+//! works whatever the size of the output; [`classify`] is a pure function of what was seen.
+
+use pulumi_operator_api::plan::FailureReason;
+use std::collections::VecDeque;
+
+/// Which stream a line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// A pattern of the contract, found in some output line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Pattern {
+    /// `[409] Conflict: Another update is currently in progress.` (Cloud) or
+    /// `the stack is currently locked by` (DIY lock).
+    Conflict,
+    /// `no stack named '…' found`.
+    StackNotFound,
+    /// `no changes were expected for … but changes were proposed`.
+    ExpectedNoChanges,
+    /// `invalid access token`, `this command requires logging in`,
+    /// `PULUMI_ACCESS_TOKEN must be set for login during non-interactive CLI sessions`.
+    AccessToken,
+    /// `update canceled` / `preview canceled` (graceful), `update cancelled` (hard stop), and the
+    /// signal notices (`… received; cancelling`, `… received; terminating`).
+    Cancelled,
+    /// The pre-3.29 blocking text `… resource(s) with pending operations:` on an error line.
+    PendingOperations,
+    /// On stdout: `Build FAILED.`, `: syntax error:`, `: undefined:`,
+    /// `Unable to compile TypeScript` (compilation) or `failed with an unhandled exception:`,
+    /// `panic: runtime error:`, `an unhandled error occurred:` (program runtime errors).
+    ProgramError,
+    /// `passphrase must be set with PULUMI_CONFIG_PASSPHRASE…` or `incorrect passphrase`.
+    Passphrase,
+}
+
+const ERROR_LINES: usize = 8;
+const MAX_LINE: usize = 400;
+
+/// What was seen in the output of one command.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    patterns: Vec<Pattern>,
+    /// The last `error:` lines (either stream), without ANSI codes.
+    errors: VecDeque<String>,
+    /// The first permalink (`View Live: `, `View in Browser…: `, `Permalink: ` on stdout).
+    pub permalink: Option<String>,
+}
+
+impl Observed {
+    /// Observes one line (without its newline).
+    pub fn line(&mut self, stream: Stream, raw: &str) {
+        let line = strip_ansi(raw);
+        let text = line.trim();
+        let mut see = |p: Pattern| {
+            if !self.patterns.contains(&p) {
+                self.patterns.push(p);
+            }
+        };
+        if text.contains("Conflict: Another update is currently in progress")
+            || text.contains("the stack is currently locked by")
+        {
+            see(Pattern::Conflict);
+        }
+        if let Some(i) = text.find("no stack named") {
+            if text[i..].contains("found") {
+                see(Pattern::StackNotFound);
+            }
+        }
+        if let Some(i) = text.find("no changes were expected for") {
+            if text[i..].contains("but changes were proposed") {
+                see(Pattern::ExpectedNoChanges);
+            }
+        }
+        if text.contains("invalid access token")
+            || text.contains("this command requires logging in")
+            || text.contains(
+                "PULUMI_ACCESS_TOKEN must be set for login during non-interactive CLI sessions",
+            )
+        {
+            see(Pattern::AccessToken);
+        }
+        if text.contains("update canceled")
+            || text.contains("preview canceled")
+            || text.contains("refresh canceled")
+            || text.contains("destroy canceled")
+            || text.contains("update cancelled")
+            || text.contains("received; cancelling")
+            || text.contains("received; terminating")
+        {
+            see(Pattern::Cancelled);
+        }
+        if text.contains("error:") && text.contains("with pending operations") {
+            see(Pattern::PendingOperations);
+        }
+        if stream == Stream::Stdout
+            && (text.contains("Build FAILED.")
+                || text.contains(": syntax error:")
+                || text.contains(": undefined:")
+                || text.contains("Unable to compile TypeScript")
+                || text.contains("failed with an unhandled exception:")
+                || text.contains("panic: runtime error:")
+                || text.contains("an unhandled error occurred:"))
+        {
+            see(Pattern::ProgramError);
+        }
+        if text.contains("passphrase must be set with PULUMI_CONFIG_PASSPHRASE")
+            || text.contains("incorrect passphrase")
+        {
+            see(Pattern::Passphrase);
+        }
+        if stream == Stream::Stdout && self.permalink.is_none() {
+            for prefix in [
+                "View Live: ",
+                "View in Browser (Ctrl+O): ",
+                "View in Browser: ",
+                "Permalink: ",
+            ] {
+                if let Some(i) = line.find(prefix) {
+                    let url = line[i + prefix.len()..].trim();
+                    if !url.is_empty() {
+                        self.permalink = Some(url.to_string());
+                    }
+                    break;
+                }
+            }
+        }
+        {
+            if text.starts_with("error:") {
+                let mut msg = text.to_string();
+                if msg.len() > MAX_LINE {
+                    let mut cut = MAX_LINE;
+                    while !msg.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    msg.truncate(cut);
+                    msg.push_str("...");
+                }
+                if !self.errors.contains(&msg) {
+                    if self.errors.len() == ERROR_LINES {
+                        self.errors.pop_front();
+                    }
+                    self.errors.push_back(msg);
+                }
+            }
+        }
+    }
+
+    /// Observes a whole text (tests, captured output).
+    pub fn text(&mut self, stream: Stream, text: &str) {
+        for l in text.lines() {
+            self.line(stream, l);
+        }
+    }
+
+    pub fn saw(&self, p: Pattern) -> bool {
+        self.patterns.contains(&p)
+    }
+
+    /// Adds what another stream saw.
+    pub fn merge(&mut self, other: Observed) {
+        for p in other.patterns {
+            if !self.patterns.contains(&p) {
+                self.patterns.push(p);
+            }
+        }
+        for e in other.errors {
+            if !self.errors.contains(&e) {
+                if self.errors.len() == ERROR_LINES {
+                    self.errors.pop_front();
+                }
+                self.errors.push_back(e);
+            }
+        }
+        if self.permalink.is_none() {
+            self.permalink = other.permalink;
+        }
+    }
+
+    /// The most telling error lines, for a failure message: generic closing lines
+    /// (`error: update failed`) are dropped when something more specific was printed.
+    pub fn error_summary(&self) -> String {
+        let generic = |e: &str| {
+            let t = e.trim_start_matches("error:").trim();
+            matches!(
+                t,
+                "update failed" | "preview failed" | "refresh failed" | "destroy failed"
+            )
+        };
+        let specific: Vec<&str> = self
+            .errors
+            .iter()
+            .map(String::as_str)
+            .filter(|e| !generic(e))
+            .collect();
+        let chosen: Vec<&str> = if specific.is_empty() {
+            self.errors.iter().map(String::as_str).collect()
+        } else {
+            specific
+        };
+        chosen
+            .iter()
+            .rev()
+            .take(4)
+            .rev()
+            .map(|e| e.trim_start_matches("error:").trim())
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// Classifies a failed command. `interrupted` is true when the runner forwarded a signal.
+pub fn classify(exit_code: Option<i32>, seen: &Observed, interrupted: bool) -> FailureReason {
+    use FailureReason::*;
+    if interrupted {
+        return Interrupted;
+    }
+    if seen.saw(Pattern::Conflict) {
+        return UpdateConflict;
+    }
+    if exit_code == Some(6) || seen.saw(Pattern::StackNotFound) {
+        return StackNotFound;
+    }
+    if exit_code == Some(7) || seen.saw(Pattern::ExpectedNoChanges) {
+        return ExpectedNoChanges;
+    }
+    if exit_code == Some(3) || seen.saw(Pattern::AccessToken) {
+        return InvalidAccessToken;
+    }
+    if exit_code == Some(8) || seen.saw(Pattern::Cancelled) || exit_code.is_none() {
+        // No exit code: the CLI was killed by a signal.
+        return Interrupted;
+    }
+    if seen.saw(Pattern::PendingOperations) {
+        return PendingOperations;
+    }
+    if seen.saw(Pattern::ProgramError) {
+        return CompileError;
+    }
+    if seen.saw(Pattern::Passphrase) {
+        return ConfigInvalid;
+    }
+    UpdateFailed
+}
+
+/// Removes ANSI escape sequences (CSI and OSC) from a line.
+pub fn strip_ansi(s: &str) -> String {
+    if !s.contains('\u{1b}') {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\u{1b}' {
+            out.push(c);
+            continue;
+        }
+        match chars.peek() {
+            Some('[') => {
+                chars.next();
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            Some(']') => {
+                chars.next();
+                while let Some(c) = chars.next() {
+                    if c == '\u{7}' {
+                        break;
+                    }
+                    if c == '\u{1b}' && chars.peek() == Some(&'\\') {
+                        chars.next();
+                        break;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use FailureReason::*;
+
+    fn seen(stdout: &str, stderr: &str) -> Observed {
+        let mut o = Observed::default();
+        o.text(Stream::Stdout, stdout);
+        let mut e = Observed::default();
+        e.text(Stream::Stderr, stderr);
+        o.merge(e);
+        o
+    }
+
+    #[test]
+    fn classification_table() {
+        // (exit code, stdout, stderr, interrupted by the runner, expected)
+        let cases: &[(Option<i32>, &str, &str, bool, FailureReason)] = &[
+            // Cloud conflict, exit 1 (255 before 3.227).
+            (Some(1), "Updating (org/proj/dev)\n\n", "error: [409] Conflict: Another update is currently in progress.\nTo learn more about possible reasons and resolution, visit https://www.pulumi.com/docs/support/troubleshooting/common-issues/update-conflicts/\n", false, UpdateConflict),
+            (Some(255), "", "error: [409] Conflict: Another update is currently in progress.\n", false, UpdateConflict),
+            // DIY lock.
+            (Some(1), "", "error: the stack is currently locked by 1 lock(s). Either wait for the other process(es) to end or delete the lock file with `pulumi cancel`.\n  file:///state/.pulumi/locks/organization/p/dev/x.json: created by u@h (pid 1) at 2026-01-01T00:00:00Z\n", false, UpdateConflict),
+            (Some(6), "", "error: no stack named 'dev' found\n", false, StackNotFound),
+            (Some(255), "", "error: no stack named 'org/p/dev' found\n", false, StackNotFound),
+            (Some(6), "", "error: no stack selected; specify a stack name with --stack\n", false, StackNotFound),
+            (Some(7), "", "error: no changes were expected for update but changes were proposed\n", false, ExpectedNoChanges),
+            (Some(255), "", "error: no changes were expected for refresh but changes were proposed\n", false, ExpectedNoChanges),
+            (Some(3), "", "error: PULUMI_ACCESS_TOKEN must be set for login during non-interactive CLI sessions\n", false, InvalidAccessToken),
+            (Some(255), "", "error: this command requires logging in; try running `pulumi login` first\n", false, InvalidAccessToken),
+            (Some(1), "", "error: [401] invalid access token\n", false, InvalidAccessToken),
+            // Graceful cancel after the runner forwarded SIGINT: exit 1.
+            (Some(1), "^C received; cancelling. If you would like to terminate immediately, press ^C again.\n", "error: update canceled\n", true, Interrupted),
+            // Cancel without the runner's signal; hard stop (exit 8); killed.
+            (Some(1), "    error: update canceled\n", "", false, Interrupted),
+            (Some(8), "", "error: update cancelled\n", false, Interrupted),
+            (None, "", "", false, Interrupted),
+            // Pre-3.29 pending operations.
+            (Some(255), "", "error: the current deployment has 1 resource(s) with pending operations:\n  * urn:pulumi:dev::p::t::r, interrupted while creating\n", false, PendingOperations),
+            // Compilation / runtime errors are matched on stdout.
+            (Some(1), "    error: Running program '/w' failed with an unhandled exception:\n    TypeError: x is not a function\n", "", false, CompileError),
+            (Some(1), "main.go:5:2: undefined: foo\n", "", false, CompileError),
+            (Some(1), "    ./main.go:5:2: syntax error: unexpected }\n", "", false, CompileError),
+            (Some(1), "", "./main.go:5:2: undefined: foo\n", false, UpdateFailed),
+            (Some(1), "    error: an unhandled error occurred: program failed\n", "", false, CompileError),
+            (Some(1), "Build FAILED.\n", "", false, CompileError),
+            (Some(1), "    error: Unable to compile TypeScript:\n    index.ts(1,1): error TS1005\n", "", false, CompileError),
+            (Some(1), "panic: runtime error: index out of range\n", "", false, CompileError),
+            // The CLI's own panic goes to stderr: not a program error.
+            (Some(1), "", "panic: runtime error: nil pointer\nThe Pulumi CLI encountered a fatal error. This is a bug!\n", false, UpdateFailed),
+            (Some(2), "", "error: passphrase must be set with PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE environment variables\n", false, ConfigInvalid),
+            (Some(1), "", "error: failed to decrypt: incorrect passphrase, please set PULUMI_CONFIG_PASSPHRASE to the correct passphrase\n", false, ConfigInvalid),
+            // Resource failures.
+            (Some(1), "    error: standin:index:Fail failed as requested\n    error: update failed\n", "", false, UpdateFailed),
+            (Some(2), "", "error: --yes or --skip-preview or --preview-only must be passed in to proceed when running in non-interactive mode\n", false, UpdateFailed),
+        ];
+        for (i, (code, out, err, intr, want)) in cases.iter().enumerate() {
+            let got = classify(*code, &seen(out, err), *intr);
+            assert_eq!(got, *want, "case {i}: {code:?} {out:?} {err:?}");
+        }
+    }
+
+    #[test]
+    fn go_undefined_needs_the_colon_form() {
+        // `: undefined:` as in `main.go:5:2: undefined: foo` is matched on stdout.
+        let s = seen("# proj\n./main.go:5:2: x: undefined: foo\n", "");
+        assert!(s.saw(Pattern::ProgramError));
+    }
+
+    #[test]
+    fn permalink_and_error_summary() {
+        let s = seen(
+            "Updating (org/p/dev)\n\nView Live: https://app.pulumi.com/org/p/dev/updates/3\n\n    error: boom\n    error: update failed\n",
+            "error: update failed\n",
+        );
+        assert_eq!(
+            s.permalink.as_deref(),
+            Some("https://app.pulumi.com/org/p/dev/updates/3")
+        );
+        assert_eq!(s.error_summary(), "boom");
+        let s = seen(
+            "Permalink: file:///s/.pulumi/stacks/p/dev.json\n",
+            "error: update failed\n",
+        );
+        assert_eq!(
+            s.permalink.as_deref(),
+            Some("file:///s/.pulumi/stacks/p/dev.json")
+        );
+        assert_eq!(s.error_summary(), "update failed");
+        let colored = seen("\u{1b}[31merror:\u{1b}[0m red\n", "");
+        assert_eq!(colored.error_summary(), "red");
+    }
+
+    #[test]
+    fn ansi_is_stripped() {
+        assert_eq!(strip_ansi("\u{1b}[1;31mx\u{1b}[0m y"), "x y");
+        assert_eq!(
+            strip_ansi("\u{1b}]8;;http://a\u{7}link\u{1b}]8;;\u{7}"),
+            "link"
+        );
+        assert_eq!(strip_ansi("plain"), "plain");
+    }
+}

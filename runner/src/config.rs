@@ -1,0 +1,481 @@
+//! Stack configuration: resolving the plan's items (`value`, `valueFrom.env`,
+//! `valueFrom.path`, `json`) and turning them into CLI steps that apply them in order.
+//!
+//! - plain strings → `config set-all --path --plaintext k=v…`, keys that are not paths escaped
+//!   as `ns:["key"]` (PKO's `SetAllConfig`), consecutive items in one call;
+//! - secret strings → one `config set --path KEY --secret` each, the value on **stdin**, so
+//!   that no secret string is ever in an argv;
+//! - structured values (numbers, booleans, objects, arrays, `json: true`) →
+//!   `config set-all --json DOC` (CLI ≥ 3.202.0), consecutive items in one call. The contract
+//!   offers no other way for structured values, so a structured *secret* is in that argv.
+//!
+//! Later items win over earlier ones for the same key, exactly as if every item were applied
+//! one by one.
+
+use crate::error::Failure;
+use crate::pulumi::{self, Invocation, Version};
+use crate::redact::Redactor;
+use pulumi_operator_api::workspace::ConfigItem;
+use serde_json::{json, Map, Value};
+use std::path::Path;
+
+/// A resolved config value: the key as the plan wrote it, namespaced.
+#[derive(Clone, PartialEq)]
+pub struct Resolved {
+    /// `ns:name` (or `ns:path` with `path`).
+    pub key: String,
+    pub path: bool,
+    pub value: Value,
+    pub secret: bool,
+}
+
+impl std::fmt::Debug for Resolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let value: &dyn std::fmt::Debug = if self.secret {
+            &"[secret]"
+        } else {
+            &self.value
+        };
+        f.debug_struct("Resolved")
+            .field("key", &self.key)
+            .field("path", &self.path)
+            .field("value", value)
+            .field("secret", &self.secret)
+            .finish()
+    }
+}
+
+/// One CLI step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// `config set-all --path --plaintext k=v…` (keys in their `--path` form).
+    Plaintext(Vec<(String, String)>),
+    /// `config set --path KEY --secret`, value on stdin.
+    Secret { key: String, value: String },
+    /// `config set-all --json DOC`.
+    Json {
+        doc: Map<String, Value>,
+        secret: bool,
+    },
+}
+
+/// Where `valueFrom` reads from (the process environment and files, or fakes in tests).
+pub trait Sources {
+    fn env(&self, name: &str) -> Option<String>;
+    fn file(&self, path: &Path) -> std::io::Result<String>;
+}
+
+/// The real environment and file system.
+pub struct Process;
+
+impl Sources for Process {
+    fn env(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+    fn file(&self, path: &Path) -> std::io::Result<String> {
+        std::fs::read_to_string(path)
+    }
+}
+
+/// Adds the project namespace to a bare key (`key` → `project:key`), as the CLI does.
+pub fn namespaced(key: &str, project: &str) -> String {
+    if key.contains(':') {
+        key.to_string()
+    } else {
+        format!("{project}:{key}")
+    }
+}
+
+/// The `--path` form of a key that is not a path: `ns:["name"]` (dots and brackets literal).
+pub fn escaped(key: &str) -> String {
+    match key.split_once(':') {
+        Some((ns, name)) => {
+            let name = name.replace('\\', "\\\\").replace('"', "\\\"");
+            format!("{ns}:[\"{name}\"]")
+        }
+        None => key.to_string(),
+    }
+}
+
+/// Resolves every item, in order. Secret values are remembered in `redactor`.
+pub fn resolve(
+    items: &[ConfigItem],
+    project: &str,
+    sources: &dyn Sources,
+    redactor: &mut Redactor,
+) -> Result<Vec<Resolved>, Failure> {
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let key = item.key.trim();
+        if key.is_empty() {
+            return Err(Failure::config_invalid("a config item has an empty key"));
+        }
+        let secret = item.secret.unwrap_or(false);
+        let path = item.path.unwrap_or(false);
+        let value = match (&item.value, &item.value_from) {
+            (Some(v), None) => v.clone(),
+            (None, Some(from)) => {
+                let (text, origin) = match (&from.env, &from.path) {
+                    (Some(name), None) => (
+                        sources.env(name).ok_or_else(|| {
+                            Failure::config_invalid(format!(
+                                "config key {key}: the environment variable {name} is not set"
+                            ))
+                        })?,
+                        format!("the environment variable {name}"),
+                    ),
+                    (None, Some(file)) => (
+                        sources.file(Path::new(file)).map_err(|e| {
+                            Failure::config_invalid(format!(
+                                "config key {key}: cannot read {file}: {e}"
+                            ))
+                        })?,
+                        format!("the file {file}"),
+                    ),
+                    _ => {
+                        return Err(Failure::config_invalid(format!(
+                            "config key {key}: valueFrom needs exactly one of env and path"
+                        )))
+                    }
+                };
+                if from.json.unwrap_or(false) {
+                    if secret {
+                        redactor.add(&text);
+                    }
+                    serde_json::from_str(&text).map_err(|e| {
+                        Failure::config_invalid(format!(
+                            "config key {key}: {origin} is not valid JSON: {e}"
+                        ))
+                    })?
+                } else {
+                    Value::String(text)
+                }
+            }
+            (Some(_), Some(_)) => {
+                return Err(Failure::config_invalid(format!(
+                    "config key {key}: both value and valueFrom are set"
+                )))
+            }
+            (None, None) => {
+                return Err(Failure::config_invalid(format!(
+                    "config key {key}: neither value nor valueFrom is set"
+                )))
+            }
+        };
+        if value.is_null() {
+            return Err(Failure::config_invalid(format!(
+                "config key {key}: the value is null"
+            )));
+        }
+        if path && !value.is_string() {
+            return Err(Failure::config_invalid(format!(
+                "config key {key}: path: true cannot be combined with a structured value"
+            )));
+        }
+        if secret {
+            match &value {
+                Value::String(s) => redactor.add(s),
+                other => redactor.add(&other.to_string()),
+            }
+        }
+        out.push(Resolved {
+            key: namespaced(key, project),
+            path,
+            value,
+            secret,
+        });
+    }
+    Ok(out)
+}
+
+/// Groups resolved items into CLI steps that keep their order.
+pub fn steps(items: &[Resolved]) -> Vec<Step> {
+    let mut steps: Vec<Step> = Vec::new();
+    for item in items {
+        match (&item.value, item.secret) {
+            (Value::String(s), false) => {
+                let key = if item.path {
+                    item.key.clone()
+                } else {
+                    escaped(&item.key)
+                };
+                if let Some(Step::Plaintext(pairs)) = steps.last_mut() {
+                    pairs.push((key, s.clone()));
+                } else {
+                    steps.push(Step::Plaintext(vec![(key, s.clone())]));
+                }
+            }
+            (Value::String(s), true) => {
+                let key = if item.path {
+                    item.key.clone()
+                } else {
+                    escaped(&item.key)
+                };
+                steps.push(Step::Secret {
+                    key,
+                    value: s.clone(),
+                });
+            }
+            (v, secret) => {
+                let entry = json!({"value": v.to_string(), "objectValue": v, "secret": secret});
+                match steps.last_mut() {
+                    Some(Step::Json { doc, secret: s }) if !doc.contains_key(&item.key) => {
+                        doc.insert(item.key.clone(), entry);
+                        *s |= secret;
+                    }
+                    _ => {
+                        let mut doc = Map::new();
+                        doc.insert(item.key.clone(), entry);
+                        steps.push(Step::Json { doc, secret });
+                    }
+                }
+            }
+        }
+    }
+    steps
+}
+
+/// The invocations of `steps`; fails when structured values meet a CLI older than 3.202.0.
+pub fn invocations(
+    stack: &str,
+    steps: &[Step],
+    cli: Option<Version>,
+) -> Result<Vec<Invocation>, Failure> {
+    let mut out = Vec::with_capacity(steps.len());
+    for step in steps {
+        out.push(match step {
+            Step::Plaintext(pairs) => pulumi::config_set_all_plaintext(stack, pairs),
+            Step::Secret { key, value } => pulumi::config_set_secret(stack, key, value),
+            Step::Json { doc, secret } => {
+                if let Some(v) = cli.filter(|v| *v < Version::JSON_CONFIG) {
+                    let keys: Vec<&str> = doc.keys().map(String::as_str).collect();
+                    return Err(Failure::config_invalid(format!(
+                        "structured config values ({}) need Pulumi CLI {} or later; the image has {v}",
+                        keys.join(", "),
+                        Version::JSON_CONFIG
+                    )));
+                }
+                let text = Value::Object(doc.clone()).to_string();
+                pulumi::config_set_all_json(stack, &text, *secret)
+            }
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pulumi_operator_api::workspace::ConfigValueFrom;
+    use std::collections::BTreeMap;
+
+    struct Fake {
+        env: BTreeMap<&'static str, &'static str>,
+        files: BTreeMap<&'static str, &'static str>,
+    }
+
+    impl Sources for Fake {
+        fn env(&self, name: &str) -> Option<String> {
+            self.env.get(name).map(|s| s.to_string())
+        }
+        fn file(&self, path: &Path) -> std::io::Result<String> {
+            self.files
+                .get(path.to_str().unwrap_or_default())
+                .map(|s| s.to_string())
+                .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
+        }
+    }
+
+    fn fake() -> Fake {
+        Fake {
+            env: [("PW", "env-secret"), ("REGION", "us-west-2")].into(),
+            files: [
+                ("/m/token", "file-secret\n"),
+                ("/m/obj.json", r#"{"a": [1, 2], "b": "x"}"#),
+                ("/m/bad.json", "{"),
+            ]
+            .into(),
+        }
+    }
+
+    fn item(key: &str, value: Value) -> ConfigItem {
+        ConfigItem {
+            key: key.into(),
+            value: Some(value),
+            ..Default::default()
+        }
+    }
+
+    fn from(
+        key: &str,
+        env: Option<&str>,
+        path: Option<&str>,
+        json: bool,
+        secret: bool,
+    ) -> ConfigItem {
+        ConfigItem {
+            key: key.into(),
+            value_from: Some(ConfigValueFrom {
+                env: env.map(Into::into),
+                path: path.map(Into::into),
+                json: json.then_some(true),
+            }),
+            secret: secret.then_some(true),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn keys() {
+        assert_eq!(namespaced("a", "p"), "p:a");
+        assert_eq!(namespaced("aws:region", "p"), "aws:region");
+        assert_eq!(escaped("p:a.b"), "p:[\"a.b\"]");
+        assert_eq!(escaped("p:q\"x"), "p:[\"q\\\"x\"]");
+    }
+
+    #[test]
+    fn application_order_is_kept() {
+        let items = vec![
+            item("region", json!("eu")),                            // plain
+            from("aws:region", Some("REGION"), None, false, false), // plain, env
+            ConfigItem {
+                path: Some(true),
+                ..item("data.nums[0]", json!("1"))
+            }, // plain path
+            from("pw", Some("PW"), None, false, true),              // secret, env
+            item("count", json!(3)),                                // structured
+            from("obj", None, Some("/m/obj.json"), true, false),    // structured, file
+            item("count", json!(4)),                                // same key: new batch
+            from("token", None, Some("/m/token"), false, true),     // secret, file
+            item("region", json!("us")),                            // plain again
+        ];
+        let mut r = Redactor::default();
+        let resolved = resolve(&items, "proj", &fake(), &mut r).unwrap();
+        let s = steps(&resolved);
+        assert_eq!(s.len(), 6, "{s:#?}");
+        assert_eq!(
+            s[0],
+            Step::Plaintext(vec![
+                ("proj:[\"region\"]".into(), "eu".into()),
+                ("aws:[\"region\"]".into(), "us-west-2".into()),
+                ("proj:data.nums[0]".into(), "1".into()),
+            ])
+        );
+        assert_eq!(
+            s[1],
+            Step::Secret {
+                key: "proj:[\"pw\"]".into(),
+                value: "env-secret".into()
+            }
+        );
+        let Step::Json { doc, secret } = &s[2] else {
+            panic!("{s:?}")
+        };
+        assert!(!secret);
+        assert_eq!(
+            doc["proj:count"],
+            json!({"value": "3", "objectValue": 3, "secret": false})
+        );
+        assert_eq!(
+            doc["proj:obj"]["objectValue"],
+            json!({"a": [1, 2], "b": "x"})
+        );
+        assert_eq!(doc["proj:obj"]["value"], json!(r#"{"a":[1,2],"b":"x"}"#));
+        let Step::Json { doc, .. } = &s[3] else {
+            panic!("{s:?}")
+        };
+        assert_eq!(doc["proj:count"]["objectValue"], json!(4));
+        // File content is kept exactly (the trailing newline too).
+        assert_eq!(
+            s[4],
+            Step::Secret {
+                key: "proj:[\"token\"]".into(),
+                value: "file-secret\n".into()
+            }
+        );
+        assert_eq!(
+            s[5],
+            Step::Plaintext(vec![("proj:[\"region\"]".into(), "us".into())])
+        );
+        assert_eq!(r.apply("env-secret file-secret"), "[secret] [secret]");
+
+        let inv = invocations("dev", &s, Some(Version(3, 259, 0))).unwrap();
+        assert_eq!(inv.len(), 6);
+        for i in &inv {
+            let argv = i.args.join(" ");
+            assert!(
+                !argv.contains("env-secret") && !argv.contains("file-secret"),
+                "{argv}"
+            );
+        }
+        assert_eq!(inv[1].stdin.as_deref(), Some("env-secret\n"));
+        assert_eq!(inv[4].stdin.as_deref(), Some("file-secret\n\n"));
+    }
+
+    #[test]
+    fn structured_secrets_and_version_gate() {
+        let items = vec![ConfigItem {
+            secret: Some(true),
+            ..item("obj", json!({"k": "structured-secret"}))
+        }];
+        let mut r = Redactor::default();
+        let s = steps(&resolve(&items, "p", &fake(), &mut r).unwrap());
+        assert!(matches!(&s[0], Step::Json { secret: true, .. }));
+        let inv = invocations("dev", &s, None).unwrap();
+        assert!(inv[0].secret_args);
+        assert!(!inv[0].display().contains("structured-secret"));
+        let e = invocations("dev", &s, Some(Version(3, 201, 0))).unwrap_err();
+        assert_eq!(
+            e.reason,
+            pulumi_operator_api::plan::FailureReason::ConfigInvalid
+        );
+        assert!(e.message.contains("3.202.0"), "{}", e.message);
+        assert!(r
+            .apply("{\"k\":\"structured-secret\"}")
+            .contains("[secret]"));
+    }
+
+    #[test]
+    fn invalid_items() {
+        let f = fake();
+        let mut r = Redactor::default();
+        let bad = |items: Vec<ConfigItem>| {
+            resolve(&items, "p", &f, &mut Redactor::default())
+                .unwrap_err()
+                .message
+        };
+        assert!(
+            bad(vec![from("a", Some("MISSING"), None, false, true)]).contains("MISSING is not set")
+        );
+        assert!(bad(vec![from("a", None, Some("/m/none"), false, false)])
+            .contains("cannot read /m/none"));
+        assert!(
+            bad(vec![from("a", None, Some("/m/bad.json"), true, false)]).contains("not valid JSON")
+        );
+        assert!(bad(vec![ConfigItem {
+            key: "a".into(),
+            ..Default::default()
+        }])
+        .contains("neither"));
+        assert!(bad(vec![ConfigItem {
+            path: Some(true),
+            ..item("a.b", json!([1]))
+        }])
+        .contains("path: true"));
+        assert!(bad(vec![item("a", Value::Null)]).contains("null"));
+        // JSON that parses to a string stays a plain string.
+        let ok = resolve(
+            &[from("s", Some("REGION"), None, false, false)],
+            "p",
+            &f,
+            &mut r,
+        )
+        .unwrap();
+        assert_eq!(ok[0].value, json!("us-west-2"));
+        assert!(!format!(
+            "{:?}",
+            resolve(&[from("s", Some("PW"), None, false, true)], "p", &f, &mut r).unwrap()
+        )
+        .contains("env-secret"));
+    }
+}

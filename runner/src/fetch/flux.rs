@@ -1,0 +1,269 @@
+//! Flux artifacts: download a tar.gz over HTTP(S) (reqwest + rustls), check its `sha256:`
+//! digest, unpack it with a size cap and without letting any entry escape the destination.
+
+use crate::error::Failure;
+use crate::redact;
+use crate::report::log;
+use sha2::{Digest, Sha256};
+use std::io::{Read, Write};
+use std::path::{Component, Path};
+use std::time::Duration;
+
+/// Default cap on the artifact's compressed and unpacked sizes.
+pub const DEFAULT_MAX_BYTES: u64 = 100 * 1024 * 1024;
+/// Overrides [`DEFAULT_MAX_BYTES`] (bytes).
+pub const MAX_BYTES_ENV: &str = "PULUMI_RUNNER_MAX_ARTIFACT_BYTES";
+
+const ATTEMPTS: u32 = 4;
+
+pub fn max_bytes_from_env() -> u64 {
+    std::env::var(MAX_BYTES_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(DEFAULT_MAX_BYTES)
+}
+
+/// The hex SHA-256 of a `sha256:<hex>` digest.
+pub fn parse_digest(digest: &str) -> Result<String, String> {
+    let hex = digest
+        .strip_prefix("sha256:")
+        .ok_or_else(|| format!("unsupported digest {digest:?} (expected sha256:<hex>)"))?
+        .to_ascii_lowercase();
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("malformed digest {digest:?}"));
+    }
+    Ok(hex)
+}
+
+/// Downloads `url` into `scratch`, verifies `digest`, unpacks into `dest`.
+pub fn fetch(
+    url: &str,
+    digest: &str,
+    dest: &Path,
+    scratch: &Path,
+    max_bytes: u64,
+) -> Result<(), Failure> {
+    let shown = redact::urls(url);
+    let fail = |detail: String| {
+        Failure::source_unavailable(format!(
+            "cannot fetch the artifact {shown} ({digest}): {detail}"
+        ))
+    };
+    let want = parse_digest(digest).map_err(fail)?;
+    let file = scratch.join("artifact.tar.gz");
+    log(format!("downloading {shown}"));
+    let got = download_with_retries(url, &file, max_bytes).map_err(&fail)?;
+    if got != want {
+        let _ = std::fs::remove_file(&file);
+        return Err(fail(format!(
+            "digest mismatch: the download has sha256:{got}"
+        )));
+    }
+    let reader = std::fs::File::open(&file).map_err(|e| fail(e.to_string()))?;
+    let unpacked = unpack(reader, dest, max_bytes).map_err(&fail);
+    let _ = std::fs::remove_file(&file);
+    unpacked?;
+    log(format!("unpacked {digest}"));
+    Ok(())
+}
+
+fn download_with_retries(url: &str, file: &Path, max_bytes: u64) -> Result<String, String> {
+    let client = reqwest::blocking::Client::builder()
+        .connect_timeout(Duration::from_secs(30))
+        .timeout(Duration::from_secs(15 * 60))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut delay = Duration::from_secs(1);
+    let mut attempt = 1;
+    loop {
+        match download(&client, url, file, max_bytes) {
+            Ok(hex) => return Ok(hex),
+            Err((retryable, e)) if retryable && attempt < ATTEMPTS => {
+                log(format!(
+                    "download attempt {attempt} of {ATTEMPTS} failed ({}); retrying in {}s",
+                    redact::urls(&e),
+                    delay.as_secs()
+                ));
+                std::thread::sleep(delay);
+                delay *= 2;
+                attempt += 1;
+            }
+            Err((_, e)) => return Err(redact::urls(&e)),
+        }
+    }
+}
+
+/// One download; the error says whether a retry may help.
+fn download(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    file: &Path,
+    max_bytes: u64,
+) -> Result<String, (bool, String)> {
+    let mut response = client
+        .get(url)
+        .send()
+        .map_err(|e| (true, crate::error::chain(&e)))?;
+    let status = response.status();
+    if !status.is_success() {
+        let retryable = status.is_server_error() || status.as_u16() == 429;
+        return Err((retryable, format!("HTTP {status}")));
+    }
+    if response.content_length().is_some_and(|n| n > max_bytes) {
+        return Err((
+            false,
+            format!("the artifact is larger than {max_bytes} bytes"),
+        ));
+    }
+    let mut out = std::fs::File::create(file).map_err(|e| (false, e.to_string()))?;
+    let mut hasher = Sha256::new();
+    let mut total: u64 = 0;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = response
+            .read(&mut buf)
+            .map_err(|e| (true, crate::error::chain(&e)))?;
+        if n == 0 {
+            break;
+        }
+        total += n as u64;
+        if total > max_bytes {
+            return Err((
+                false,
+                format!("the artifact is larger than {max_bytes} bytes"),
+            ));
+        }
+        hasher.update(&buf[..n]);
+        out.write_all(&buf[..n])
+            .map_err(|e| (false, e.to_string()))?;
+    }
+    out.flush().map_err(|e| (false, e.to_string()))?;
+    Ok(hex(&hasher.finalize()))
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Unpacks a tar.gz stream into `dest`. Only files, directories and links are allowed; every
+/// entry must have a relative path without `..`; the declared sizes may add up to `max_bytes`.
+pub fn unpack(reader: impl Read, dest: &Path, max_bytes: u64) -> Result<(), String> {
+    std::fs::create_dir_all(dest).map_err(|e| format!("cannot create {}: {e}", dest.display()))?;
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(reader));
+    archive.set_overwrite(true);
+    archive.set_preserve_permissions(false);
+    archive.set_unpack_xattrs(false);
+    let mut total: u64 = 0;
+    let entries = archive
+        .entries()
+        .map_err(|e| format!("not a tar.gz archive: {e}"))?;
+    for entry in entries {
+        let mut entry = entry.map_err(|e| format!("corrupt archive: {e}"))?;
+        let path = entry
+            .path()
+            .map_err(|e| format!("corrupt archive: {e}"))?
+            .into_owned();
+        if path
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+        {
+            return Err(format!(
+                "the archive entry {:?} points outside the destination",
+                path.display().to_string()
+            ));
+        }
+        use tar::EntryType::*;
+        match entry.header().entry_type() {
+            Regular | Continuous | Directory | Symlink | Link | GNUSparse => {}
+            XGlobalHeader | XHeader | GNULongName | GNULongLink => continue,
+            other => {
+                return Err(format!(
+                    "the archive entry {:?} has an unsupported type {other:?}",
+                    path.display().to_string()
+                ))
+            }
+        }
+        total = total.saturating_add(entry.header().size().unwrap_or(0));
+        if total > max_bytes {
+            return Err(format!(
+                "the unpacked artifact is larger than {max_bytes} bytes"
+            ));
+        }
+        let inside = entry
+            .unpack_in(dest)
+            .map_err(|e| format!("cannot unpack {:?}: {e}", path.display().to_string()))?;
+        if !inside {
+            return Err(format!(
+                "the archive entry {:?} points outside the destination",
+                path.display().to_string()
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tar_gz(entries: &[(&str, &[u8])]) -> Vec<u8> {
+        let enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        let mut b = tar::Builder::new(enc);
+        for (name, data) in entries {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_entry_type(tar::EntryType::Regular);
+            // set_path refuses `..`; write the raw name to build hostile archives.
+            let raw = &mut h.as_old_mut().name;
+            raw[..name.len()].copy_from_slice(name.as_bytes());
+            h.set_cksum();
+            b.append(&h, *data).unwrap();
+        }
+        b.into_inner().unwrap().finish().unwrap()
+    }
+
+    #[test]
+    fn digests() {
+        assert_eq!(
+            parse_digest(&format!("sha256:{}", "A".repeat(64))).unwrap(),
+            "a".repeat(64)
+        );
+        assert!(parse_digest("sha1:abc").is_err());
+        assert!(parse_digest("sha256:xyz").is_err());
+        assert_eq!(
+            hex(&Sha256::digest(b"abc")),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn unpacks_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = tar_gz(&[
+            ("app/Pulumi.yaml", b"name: a\nruntime: yaml\n"),
+            ("README", b"x"),
+        ]);
+        unpack(&data[..], dir.path(), 1024).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("app/Pulumi.yaml")).unwrap(),
+            "name: a\nruntime: yaml\n"
+        );
+    }
+
+    #[test]
+    fn rejects_traversal_and_oversize() {
+        let dir = tempfile::tempdir().unwrap();
+        let evil = tar_gz(&[("../evil", b"x")]);
+        let e = unpack(&evil[..], &dir.path().join("d"), 1024).unwrap_err();
+        assert!(e.contains("outside"), "{e}");
+        assert!(!dir.path().join("evil").exists());
+        let evil = tar_gz(&[("/abs", b"x")]);
+        assert!(unpack(&evil[..], &dir.path().join("d"), 1024).is_err());
+        let big = tar_gz(&[("a", &[0u8; 2048])]);
+        let e = unpack(&big[..], &dir.path().join("d"), 1024).unwrap_err();
+        assert!(e.contains("larger"), "{e}");
+        let e = unpack(&b"not gzip"[..], &dir.path().join("d"), 1024).unwrap_err();
+        assert!(e.contains("archive"), "{e}");
+    }
+}

@@ -1,0 +1,320 @@
+//! Git sources through gitoxide (pure Rust): HTTP(S) via reqwest + rustls, `git://`, and
+//! `file://` or plain paths (these two spawn `git-upload-pack`, so they work where git is
+//! installed — tests and custom images; the runner image itself has no git).
+//!
+//! A plan's `commit` is checked out exactly (detached `HEAD`), fetched by its SHA — with depth 1
+//! when `shallow` — and, when the server refuses to serve a bare SHA, by a full fetch of every
+//! branch and tag. A `reference` alone checks out the head of that branch or tag.
+
+use crate::error::Failure;
+use crate::redact;
+use crate::report::log;
+use gix::remote::fetch::Shallow;
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+/// What to fetch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitSpec {
+    pub url: String,
+    pub commit: Option<String>,
+    pub reference: Option<String>,
+    pub shallow: bool,
+}
+
+/// Credentials for HTTP(S) remotes, from the environment of the fetch container (the names
+/// PKO's fetch container uses): `GIT_USERNAME` + `GIT_PASSWORD` (basic auth), or `GIT_TOKEN`
+/// (a personal access token, sent as basic auth with the user `git`, as PKO does).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct GitAuth {
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for GitAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GitAuth")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+impl GitAuth {
+    pub fn from_env() -> GitAuth {
+        Self::from_lookup(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+    }
+
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> GitAuth {
+        if let (Some(user), Some(password)) = (get("GIT_USERNAME"), get("GIT_PASSWORD")) {
+            return GitAuth {
+                username: Some(user),
+                password: Some(password),
+            };
+        }
+        if let Some(token) = get("GIT_TOKEN") {
+            return GitAuth {
+                username: Some("git".into()),
+                password: Some(token),
+            };
+        }
+        GitAuth::default()
+    }
+}
+
+/// How many times a network fetch is tried.
+const ATTEMPTS: u32 = 3;
+
+#[derive(Debug, Clone)]
+enum Strategy {
+    /// Fetch only this commit (by SHA) and check it out.
+    Revision(gix::ObjectId),
+    /// Fetch every branch and tag, then check out this commit.
+    Everything(gix::ObjectId),
+    /// Fetch this branch or tag and check out its head.
+    Reference(String),
+    /// Fetch the remote's default branch and check out its head.
+    RemoteHead,
+}
+
+/// Clones `spec` into `dest` (which must be empty or absent) and returns the SHA checked out.
+pub fn fetch(spec: &GitSpec, dest: &Path, auth: &GitAuth) -> Result<String, Failure> {
+    let shown_url = redact::urls(&spec.url);
+    let target = match (&spec.commit, &spec.reference) {
+        (Some(c), _) => format!("commit {c}"),
+        (None, Some(r)) => format!("reference {r}"),
+        (None, None) => "the default branch".to_string(),
+    };
+    let fail = |detail: String| {
+        Failure::source_unavailable(redact::urls(&format!(
+            "cannot fetch {shown_url} at {target}: {detail}"
+        )))
+    };
+    let commit = match spec.commit.as_deref().map(str::trim) {
+        Some(c) => Some(
+            gix::ObjectId::from_hex(c.as_bytes())
+                .map_err(|_| fail(format!("{c:?} is not a full commit SHA")))?,
+        ),
+        None => None,
+    };
+    log(format!("fetching {shown_url} at {target}"));
+    let head = match commit {
+        Some(id) => match clone_once(spec, dest, &Strategy::Revision(id), auth) {
+            Ok(head) => head,
+            Err(first) => {
+                log(format!(
+                    "fetching commit {id} by its SHA failed ({}); fetching every branch and tag instead",
+                    redact::urls(&first)
+                ));
+                with_retries(|| clone_once(spec, dest, &Strategy::Everything(id), auth))
+                    .map_err(fail)?
+            }
+        },
+        None => {
+            let strategy = match &spec.reference {
+                Some(r) => Strategy::Reference(r.clone()),
+                None => Strategy::RemoteHead,
+            };
+            with_retries(|| clone_once(spec, dest, &strategy, auth)).map_err(fail)?
+        }
+    };
+    if let Some(id) = commit {
+        let expected = id.to_string();
+        if head != expected {
+            return Err(fail(format!("checked out {head} instead")));
+        }
+    }
+    log(format!("checked out {head}"));
+    Ok(head)
+}
+
+fn with_retries(mut attempt: impl FnMut() -> Result<String, String>) -> Result<String, String> {
+    let mut delay = Duration::from_secs(1);
+    let mut n = 1;
+    loop {
+        match attempt() {
+            Ok(v) => return Ok(v),
+            Err(e) if n >= ATTEMPTS || e.contains(NOT_FOUND) => return Err(e),
+            Err(e) => {
+                log(format!(
+                    "git fetch attempt {n} of {ATTEMPTS} failed ({}); retrying in {}s",
+                    redact::urls(&e),
+                    delay.as_secs()
+                ));
+                std::thread::sleep(delay);
+                delay *= 2;
+                n += 1;
+            }
+        }
+    }
+}
+
+const NOT_FOUND: &str = "is not in the repository";
+
+fn clone_once(
+    spec: &GitSpec,
+    dest: &Path,
+    strategy: &Strategy,
+    auth: &GitAuth,
+) -> Result<String, String> {
+    // Every attempt starts from an empty directory (a failed one may leave files behind).
+    if dest.exists() {
+        std::fs::remove_dir_all(dest)
+            .map_err(|e| format!("cannot clean {}: {e}", dest.display()))?;
+    }
+    std::fs::create_dir_all(dest).map_err(|e| format!("cannot create {}: {e}", dest.display()))?;
+    let err = |e: &dyn std::error::Error| chain_of(e);
+    let mut prepare = gix::clone::PrepareFetch::new(
+        spec.url.as_str(),
+        dest,
+        gix::create::Kind::WithWorktree,
+        gix::create::Options::default(),
+        gix::open::Options::isolated(),
+    )
+    .map_err(|e| err(&e))?;
+    let depth_one = Shallow::DepthAtRemote(NonZeroU32::MIN);
+    prepare = match strategy {
+        Strategy::Revision(id) => {
+            let p = prepare
+                .with_revision(Some(id.to_string()))
+                .map_err(|e| err(&e))?;
+            if spec.shallow {
+                p.with_shallow(depth_one)
+            } else {
+                p
+            }
+        }
+        Strategy::Everything(_) => prepare,
+        Strategy::Reference(name) => {
+            let p = prepare
+                .with_ref_name(Some(name.as_str()))
+                .map_err(|e| err(&e))?;
+            if spec.shallow {
+                p.with_shallow(depth_one)
+            } else {
+                p
+            }
+        }
+        Strategy::RemoteHead => {
+            if spec.shallow {
+                prepare.with_shallow(depth_one)
+            } else {
+                prepare
+            }
+        }
+    };
+    let credentials = auth.clone();
+    prepare = prepare.configure_connection(move |connection| {
+        let credentials = credentials.clone();
+        connection.set_credentials(move |action| match action {
+            gix::credentials::helper::Action::Get(ctx) => {
+                match (&credentials.username, &credentials.password) {
+                    (Some(username), Some(password)) => {
+                        Ok(Some(gix::credentials::protocol::Outcome {
+                            identity: gix::sec::identity::Account {
+                                username: username.clone(),
+                                password: password.clone(),
+                                oauth_refresh_token: None,
+                            },
+                            next: ctx.into(),
+                        }))
+                    }
+                    // No credentials configured: never prompt, never run helpers.
+                    _ => Ok(None),
+                }
+            }
+            _ => Ok(None),
+        });
+        Ok(())
+    });
+
+    let interrupt = AtomicBool::new(false);
+    let (mut checkout, _) = prepare
+        .fetch_then_checkout(gix::progress::Discard, &interrupt)
+        .map_err(|e| err(&e))?;
+    if let Strategy::Everything(id) = strategy {
+        let repo = checkout.repo();
+        let is_commit = repo
+            .find_object(*id)
+            .map(|o| o.kind == gix::object::Kind::Commit)
+            .unwrap_or(false);
+        if !is_commit {
+            return Err(format!("commit {id} {NOT_FOUND}"));
+        }
+        use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit};
+        repo.edit_reference(RefEdit {
+            change: Change::Update {
+                log: LogChange::default(),
+                expected: PreviousValue::Any,
+                new: gix::refs::Target::Object(*id),
+            },
+            name: "HEAD".try_into().map_err(|e| chain_of(&e))?,
+            deref: false,
+        })
+        .map_err(|e| err(&e))?;
+    }
+    let (repo, _) = checkout
+        .main_worktree(gix::progress::Discard, &interrupt)
+        .map_err(|e| err(&e))?;
+    let head = repo.head_id().map_err(|e| err(&e))?;
+    Ok(head.to_string())
+}
+
+fn chain_of(e: &dyn std::error::Error) -> String {
+    let mut parts: Vec<String> = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let t = s.to_string();
+        if !parts.iter().any(|p| p.contains(&t)) {
+            parts.push(t);
+        }
+        cur = s.source();
+    }
+    parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_from_env_names() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let a = GitAuth::from_lookup(env(&[("GIT_USERNAME", "u"), ("GIT_PASSWORD", "p")]));
+        assert_eq!(a.username.as_deref(), Some("u"));
+        assert_eq!(a.password.as_deref(), Some("p"));
+        let a = GitAuth::from_lookup(env(&[("GIT_TOKEN", "t")]));
+        assert_eq!(a.username.as_deref(), Some("git"));
+        assert_eq!(a.password.as_deref(), Some("t"));
+        assert_eq!(GitAuth::from_lookup(env(&[])), GitAuth::default());
+        assert!(!format!("{a:?}").contains("\"t\""));
+    }
+
+    #[test]
+    fn short_sha_is_rejected_clearly() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = GitSpec {
+            url: "https://user:secret@example.invalid/r.git".into(),
+            commit: Some("abc123".into()),
+            reference: None,
+            shallow: false,
+        };
+        let e = fetch(&spec, &dir.path().join("src"), &GitAuth::default()).unwrap_err();
+        assert_eq!(
+            e.reason,
+            pulumi_operator_api::plan::FailureReason::SourceUnavailable
+        );
+        assert!(e.message.contains("not a full commit SHA"), "{}", e.message);
+        assert!(e.message.contains("example.invalid"), "{}", e.message);
+        assert!(!e.message.contains("secret"), "{}", e.message);
+    }
+}

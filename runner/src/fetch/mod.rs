@@ -1,0 +1,186 @@
+//! `pulumi-runner fetch`: materialises the program in the share volume — `<share>/source`
+//! holds the checkout and `<share>/workspace` is a symlink to the project directory in it
+//! (or to a `Local` directory of the image), as PKO lays it out.
+
+pub mod flux;
+pub mod git;
+
+use crate::error::Failure;
+use crate::plan::{project_info, Layout};
+use crate::report::{log, succeeded};
+use pulumi_operator_api::plan::{RunPlan, RunResult, Source};
+use std::path::{Component, Path, PathBuf};
+
+/// Fetches the plan's source; returns the result to report.
+pub fn fetch(plan: &RunPlan, layout: &Layout) -> Result<RunResult, Failure> {
+    crate::ensure_crypto_provider();
+    let source_dir = layout.source_dir();
+    let workspace = layout.workspace_dir();
+    std::fs::create_dir_all(&layout.share).map_err(|e| {
+        Failure::source_unavailable(format!("cannot create {}: {e}", layout.share.display()))
+    })?;
+    remove_path(&workspace)?;
+    let message = match &plan.source {
+        None => {
+            log("the plan has no source; nothing to fetch");
+            return Ok(succeeded("no source to fetch"));
+        }
+        Some(Source::Local { dir }) => {
+            // The directory lives in the `pulumi` container's image, not in this one.
+            link(Path::new(dir), &workspace)?;
+            return Ok(succeeded(format!("using the program in {dir}")));
+        }
+        Some(Source::Git {
+            url,
+            commit,
+            reference,
+            shallow,
+            dir,
+        }) => {
+            let sub = sub_dir(dir.as_deref())?;
+            fresh_dir(&source_dir)?;
+            let spec = git::GitSpec {
+                url: url.clone(),
+                commit: commit.clone(),
+                reference: reference.clone(),
+                shallow: *shallow,
+            };
+            let head = git::fetch(&spec, &source_dir, &git::GitAuth::from_env())?;
+            link_project(&source_dir, &sub, &workspace)?;
+            format!("fetched {} at {head}", crate::redact::urls(url))
+        }
+        Some(Source::Flux { url, digest, dir }) => {
+            let sub = sub_dir(dir.as_deref())?;
+            fresh_dir(&source_dir)?;
+            std::fs::create_dir_all(layout.scratch_dir()).map_err(|e| {
+                Failure::source_unavailable(format!(
+                    "cannot create {}: {e}",
+                    layout.scratch_dir().display()
+                ))
+            })?;
+            flux::fetch(
+                url,
+                digest,
+                &source_dir,
+                &layout.scratch_dir(),
+                flux::max_bytes_from_env(),
+            )?;
+            link_project(&source_dir, &sub, &workspace)?;
+            format!("fetched the artifact {digest}")
+        }
+        Some(Source::Program { file }) => {
+            fresh_dir(&source_dir)?;
+            let text = std::fs::read(file).map_err(|e| {
+                Failure::source_unavailable(format!("cannot read the program {file}: {e}"))
+            })?;
+            write_file(&source_dir.join("Pulumi.yaml"), &text)?;
+            link(&source_dir, &workspace)?;
+            format!("copied the program {file}")
+        }
+        Some(Source::ProjectInfo { name, runtime }) => {
+            fresh_dir(&source_dir)?;
+            write_file(
+                &source_dir.join("Pulumi.yaml"),
+                minimal_project(name, runtime).as_bytes(),
+            )?;
+            link(&source_dir, &workspace)?;
+            format!("wrote a minimal project {name} ({runtime})")
+        }
+    };
+    let mut result = succeeded(message);
+    result.project = project_info(&workspace);
+    Ok(result)
+}
+
+/// A minimal `Pulumi.yaml` (name and runtime, quoted as YAML needs).
+pub fn minimal_project(name: &str, runtime: &str) -> String {
+    let mut doc = serde_yaml::Mapping::new();
+    doc.insert("name".into(), name.into());
+    doc.insert("runtime".into(), runtime.into());
+    serde_yaml::to_string(&doc).unwrap_or_else(|_| format!("name: {name}\nruntime: {runtime}\n"))
+}
+
+/// The project directory inside the checkout: relative, without `..` (a leading `/` is
+/// dropped, as `ln -s /share/source/$DIR` does in PKO).
+pub fn sub_dir(dir: Option<&str>) -> Result<PathBuf, Failure> {
+    let mut out = PathBuf::new();
+    for c in Path::new(dir.unwrap_or("")).components() {
+        match c {
+            Component::Normal(part) => out.push(part),
+            Component::CurDir | Component::RootDir => {}
+            Component::ParentDir | Component::Prefix(_) => {
+                return Err(Failure::source_unavailable(format!(
+                    "the program directory {:?} must stay inside the source",
+                    dir.unwrap_or_default()
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn link_project(source_dir: &Path, sub: &Path, workspace: &Path) -> Result<(), Failure> {
+    let target = source_dir.join(sub);
+    if !target.is_dir() {
+        return Err(Failure::source_unavailable(format!(
+            "the program directory {:?} does not exist in the source",
+            sub.display().to_string()
+        )));
+    }
+    link(&target, workspace)
+}
+
+fn link(target: &Path, link: &Path) -> Result<(), Failure> {
+    remove_path(link)?;
+    std::os::unix::fs::symlink(target, link).map_err(|e| {
+        Failure::source_unavailable(format!(
+            "cannot link {} to {}: {e}",
+            link.display(),
+            target.display()
+        ))
+    })
+}
+
+/// Removes a file, symlink or directory tree if it exists.
+fn remove_path(path: &Path) -> Result<(), Failure> {
+    let result = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(_) => Ok(()),
+    };
+    result
+        .map_err(|e| Failure::source_unavailable(format!("cannot remove {}: {e}", path.display())))
+}
+
+fn fresh_dir(dir: &Path) -> Result<(), Failure> {
+    remove_path(dir)?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Failure::source_unavailable(format!("cannot create {}: {e}", dir.display())))
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
+    std::fs::write(path, bytes)
+        .map_err(|e| Failure::source_unavailable(format!("cannot write {}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sub_dirs_stay_inside() {
+        assert_eq!(sub_dir(None).unwrap(), PathBuf::new());
+        assert_eq!(sub_dir(Some("app/")).unwrap(), PathBuf::from("app"));
+        assert_eq!(sub_dir(Some("/a/./b")).unwrap(), PathBuf::from("a/b"));
+        assert!(sub_dir(Some("../etc")).is_err());
+        assert!(sub_dir(Some("a/../../b")).is_err());
+    }
+
+    #[test]
+    fn minimal_project_quotes() {
+        let text = minimal_project("my: proj", "yaml");
+        let info = crate::plan::parse_project(&text).unwrap();
+        assert_eq!(info.name, "my: proj");
+        assert_eq!(info.runtime, "yaml");
+    }
+}

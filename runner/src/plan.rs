@@ -1,0 +1,107 @@
+//! Loading the plan and the layout of the share volume.
+
+use crate::error::Failure;
+use pulumi_operator_api::common::ProjectInfo;
+use pulumi_operator_api::plan::RunPlan;
+use std::path::{Path, PathBuf};
+
+/// The default share volume mount.
+pub const DEFAULT_SHARE: &str = "/share";
+
+/// Reads and parses the plan file.
+pub fn load(path: &Path) -> Result<RunPlan, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Failure::config_invalid(format!("cannot read the plan {}: {e}", path.display()))
+    })?;
+    serde_json::from_str(&text).map_err(|e| {
+        Failure::config_invalid(format!("cannot parse the plan {}: {e}", path.display()))
+    })
+}
+
+/// Paths inside the share volume (`/share` in a Job, a temp dir in tests).
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub share: PathBuf,
+}
+
+impl Layout {
+    pub fn new(share: impl Into<PathBuf>) -> Layout {
+        Layout {
+            share: share.into(),
+        }
+    }
+
+    /// The checkout (git clone, unpacked artifact, Program): `<share>/source`.
+    pub fn source_dir(&self) -> PathBuf {
+        self.share.join("source")
+    }
+
+    /// The project directory, a symlink: `<share>/workspace`.
+    pub fn workspace_dir(&self) -> PathBuf {
+        self.share.join("workspace")
+    }
+
+    /// Scratch space of the runner (event logs, downloads): `<share>/.pulumi-runner`.
+    pub fn scratch_dir(&self) -> PathBuf {
+        self.share.join(".pulumi-runner")
+    }
+}
+
+/// The project file of a directory: `Pulumi.yaml`, `Pulumi.yml` or `Pulumi.json`.
+pub fn project_file(dir: &Path) -> Option<PathBuf> {
+    ["Pulumi.yaml", "Pulumi.yml", "Pulumi.json"]
+        .iter()
+        .map(|name| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Name and runtime of the project in `dir`, when its project file can be read.
+pub fn project_info(dir: &Path) -> Option<ProjectInfo> {
+    let text = std::fs::read_to_string(project_file(dir)?).ok()?;
+    parse_project(&text)
+}
+
+/// Parses `name` and `runtime` (a string or `{name, options}`) of a project file (YAML or JSON).
+pub fn parse_project(text: &str) -> Option<ProjectInfo> {
+    let doc: serde_yaml::Value = serde_yaml::from_str(text).ok()?;
+    let name = doc.get("name")?.as_str()?.to_string();
+    let runtime = match doc.get("runtime") {
+        Some(serde_yaml::Value::String(s)) => s.clone(),
+        Some(v) => v
+            .get("name")
+            .and_then(serde_yaml::Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        None => String::new(),
+    };
+    Some(ProjectInfo { name, runtime })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn project_runtime_forms() {
+        let p = parse_project("name: app\nruntime: yaml\n").unwrap();
+        assert_eq!((p.name.as_str(), p.runtime.as_str()), ("app", "yaml"));
+        let p =
+            parse_project("name: app\nruntime:\n  name: nodejs\n  options: {typescript: false}\n")
+                .unwrap();
+        assert_eq!(p.runtime, "nodejs");
+        let p = parse_project(r#"{"name": "j", "runtime": "go"}"#).unwrap();
+        assert_eq!((p.name.as_str(), p.runtime.as_str()), ("j", "go"));
+        assert!(parse_project("runtime: yaml").is_none());
+        assert!(parse_project(": :").is_none());
+    }
+
+    #[test]
+    fn missing_plan_is_config_invalid() {
+        let e = load(Path::new("/nonexistent/plan.json")).unwrap_err();
+        assert_eq!(
+            e.reason,
+            pulumi_operator_api::plan::FailureReason::ConfigInvalid
+        );
+        assert!(e.message.contains("/nonexistent/plan.json"));
+    }
+}

@@ -1,0 +1,557 @@
+//! The argv of every `pulumi` invocation, as pure functions (pulumi-cli-contract.md §2).
+//!
+//! Every command but `version` starts with `--non-interactive`, as the Go Automation API
+//! prepends it. Stack-scoped commands (the operations, `stack history`) get
+//! `PULUMI_DEBUG_COMMANDS=true` (required for `--event-log`) and end with `--stack S`.
+
+use pulumi_operator_api::plan::{Operation, OperationOptions};
+
+/// One invocation of the CLI.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Invocation {
+    /// Arguments after `pulumi`.
+    pub args: Vec<String>,
+    /// Extra environment on top of the runner's environment and [`BASE_ENV`].
+    pub env: Vec<(String, String)>,
+    /// Bytes for stdin (a secret config value); stdin is empty otherwise.
+    pub stdin: Option<String>,
+    /// Keep stdout to the runner instead of streaming it (it may hold secret values).
+    pub capture_stdout: bool,
+    /// The argv holds secret values: never log it.
+    pub secret_args: bool,
+}
+
+impl std::fmt::Debug for Invocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Invocation")
+            .field("args", &self.display())
+            .field("env", &self.env)
+            .field("stdin", &self.stdin.as_ref().map(|_| "[secret]"))
+            .field("capture_stdout", &self.capture_stdout)
+            .finish()
+    }
+}
+
+impl Invocation {
+    fn new(args: &[&str]) -> Invocation {
+        let mut all = vec!["--non-interactive".to_string()];
+        all.extend(args.iter().map(|a| a.to_string()));
+        Invocation {
+            args: all,
+            env: Vec::new(),
+            stdin: None,
+            capture_stdout: false,
+            secret_args: false,
+        }
+    }
+
+    fn arg(mut self, a: impl Into<String>) -> Invocation {
+        self.args.push(a.into());
+        self
+    }
+
+    fn stack_scoped(mut self, stack: &str) -> Invocation {
+        self.args.push("--stack".into());
+        self.args.push(stack.into());
+        self.env
+            .push(("PULUMI_DEBUG_COMMANDS".into(), "true".into()));
+        self
+    }
+
+    /// The command line as it may be logged (`pulumi …`, secret argv elided).
+    pub fn display(&self) -> String {
+        if self.secret_args {
+            let visible: Vec<&str> = self
+                .args
+                .iter()
+                .take_while(|a| *a != "--json")
+                .map(String::as_str)
+                .collect();
+            format!("pulumi {} --json [secret]", visible.join(" "))
+        } else {
+            format!("pulumi {}", self.args.join(" "))
+        }
+    }
+
+    /// The subcommand words (`stack select`, `up`…), for messages.
+    pub fn name(&self) -> String {
+        let words: Vec<&str> = self
+            .args
+            .iter()
+            .map(String::as_str)
+            .filter(|a| !a.starts_with('-'))
+            .collect();
+        match words.as_slice() {
+            [first @ ("stack" | "config"), second, ..] => format!("{first} {second}"),
+            [first, ..] => first.to_string(),
+            [] => String::new(),
+        }
+    }
+}
+
+/// Environment for every invocation: no update check (a Job may have no network), mark the
+/// call as automation (as every Automation API does), no colour codes in the logs.
+pub const BASE_ENV: &[(&str, &str)] = &[
+    ("PULUMI_SKIP_UPDATE_CHECK", "true"),
+    ("PULUMI_AUTOMATION_API", "true"),
+    ("NO_COLOR", "true"),
+];
+
+/// `pulumi version` (run without `--non-interactive`, as the SDK does).
+pub fn version() -> Invocation {
+    let mut inv = Invocation::new(&["version"]);
+    inv.args.remove(0);
+    inv.capture_stdout = true;
+    inv
+}
+
+/// `pulumi install`: installs the program's dependencies and plugins (PKO runs it once per
+/// workspace pod; here every Job is a fresh pod).
+pub fn install() -> Invocation {
+    Invocation::new(&["install"])
+}
+
+/// `P stack select --stack S`.
+pub fn stack_select(stack: &str) -> Invocation {
+    Invocation::new(&["stack", "select", "--stack", stack])
+}
+
+/// `P stack init S [--secrets-provider P]`.
+pub fn stack_init(stack: &str, secrets_provider: Option<&str>) -> Invocation {
+    let mut inv = Invocation::new(&["stack", "init", stack]);
+    if let Some(p) = secrets_provider.filter(|p| !p.is_empty()) {
+        inv = inv.arg("--secrets-provider").arg(p);
+    }
+    inv
+}
+
+/// `P config env add E1 E2… --yes --stack S`.
+pub fn config_env_add(stack: &str, environments: &[String]) -> Invocation {
+    let mut inv = Invocation::new(&["config", "env", "add"]);
+    for e in environments {
+        inv = inv.arg(e.as_str());
+    }
+    inv.arg("--yes").arg("--stack").arg(stack)
+}
+
+/// `P config set-all --stack S --path --plaintext k=v…` (keys already namespaced and, when not
+/// paths, escaped as `ns:["key"]`, as PKO does).
+pub fn config_set_all_plaintext(stack: &str, pairs: &[(String, String)]) -> Invocation {
+    let mut inv = Invocation::new(&["config", "set-all", "--stack", stack, "--path"]);
+    for (k, v) in pairs {
+        inv = inv.arg("--plaintext").arg(format!("{k}={v}"));
+    }
+    inv
+}
+
+/// `P config set --stack S --path KEY --secret` with the value on stdin, so that it never
+/// appears in an argv (the CLI reads the value from a non-terminal stdin and removes one
+/// trailing newline, which is why one is appended).
+pub fn config_set_secret(stack: &str, key: &str, value: &str) -> Invocation {
+    let mut inv = Invocation::new(&["config", "set", "--stack", stack, "--path", key, "--secret"]);
+    inv.stdin = Some(format!("{value}\n"));
+    inv
+}
+
+/// `P config set-all --stack S --json DOC` (CLI ≥ 3.202.0) for structured values.
+pub fn config_set_all_json(stack: &str, doc: &str, has_secrets: bool) -> Invocation {
+    let mut inv = Invocation::new(&["config", "set-all", "--stack", stack, "--json", doc]);
+    inv.secret_args = has_secrets;
+    inv
+}
+
+/// What the runner adds to an operation besides the plan's options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpContext {
+    /// `--event-log` file.
+    pub event_log: String,
+    /// `--exec-agent` (recorded as `exec.agent` in the update's metadata).
+    pub exec_agent: String,
+    /// `-v=N` with `--logtostderr` when > 0.
+    pub log_level: Option<u32>,
+}
+
+/// The default `--exec-agent`.
+pub fn exec_agent() -> String {
+    format!("pulumi-runner/{}", env!("CARGO_PKG_VERSION"))
+}
+
+fn debug_args(ctx: &OpContext) -> Vec<String> {
+    match ctx.log_level {
+        Some(n) if n > 0 => vec!["--logtostderr".into(), format!("-v={n}")],
+        _ => Vec::new(),
+    }
+}
+
+fn push_all(inv: &mut Invocation, args: impl IntoIterator<Item = String>) {
+    inv.args.extend(args);
+}
+
+/// The operation, with flags in the order PKO's agent produces them (contract §2.5).
+pub fn operation(op: Operation, stack: &str, o: &OperationOptions, ctx: &OpContext) -> Invocation {
+    let message = o
+        .message
+        .as_deref()
+        .filter(|m| !m.is_empty())
+        .map(|m| format!("--message={m}"));
+    let parallel = o
+        .parallel
+        .filter(|n| *n > 0)
+        .map(|n| format!("--parallel={n}"));
+    let targets = o.target.iter().map(|t| format!("--target={t}"));
+    let replaces = o.replace.iter().map(|t| format!("--replace={t}"));
+    let run_program = o.run_program.map(|b| format!("--run-program={b}"));
+    let agent = format!("--exec-agent={}", ctx.exec_agent);
+    let event_log = ["--event-log".to_string(), ctx.event_log.clone()];
+    let exec_kind = "--exec-kind=auto.local".to_string();
+    let flag = |on: bool, f: &str| on.then(|| f.to_string());
+    let mut inv = Invocation::new(&[op.as_str()]);
+    match op {
+        Operation::Preview => {
+            push_all(&mut inv, [exec_kind]);
+            push_all(&mut inv, debug_args(ctx));
+            push_all(&mut inv, message);
+            push_all(&mut inv, flag(o.expect_no_changes, "--expect-no-changes"));
+            push_all(&mut inv, ["--diff".to_string()]);
+            push_all(&mut inv, replaces);
+            push_all(&mut inv, targets);
+            push_all(&mut inv, flag(o.target_dependents, "--target-dependents"));
+            push_all(&mut inv, parallel);
+            push_all(&mut inv, [agent]);
+            push_all(&mut inv, flag(o.refresh, "--refresh"));
+            push_all(&mut inv, run_program);
+            push_all(&mut inv, event_log);
+        }
+        Operation::Up => {
+            push_all(
+                &mut inv,
+                ["--yes".to_string(), "--skip-preview".to_string()],
+            );
+            push_all(&mut inv, debug_args(ctx));
+            push_all(&mut inv, [exec_kind]);
+            push_all(&mut inv, event_log);
+            push_all(&mut inv, message);
+            push_all(&mut inv, flag(o.expect_no_changes, "--expect-no-changes"));
+            push_all(&mut inv, ["--diff".to_string()]);
+            push_all(&mut inv, replaces);
+            push_all(&mut inv, targets);
+            push_all(&mut inv, flag(o.target_dependents, "--target-dependents"));
+            push_all(&mut inv, parallel);
+            push_all(&mut inv, [agent]);
+            push_all(&mut inv, flag(o.refresh, "--refresh"));
+            push_all(&mut inv, ["--suppress-progress".to_string()]);
+            push_all(&mut inv, flag(o.continue_on_error, "--continue-on-error"));
+            push_all(&mut inv, run_program);
+        }
+        Operation::Refresh => {
+            push_all(&mut inv, debug_args(ctx));
+            push_all(
+                &mut inv,
+                ["--yes".to_string(), "--skip-preview".to_string()],
+            );
+            push_all(&mut inv, message);
+            push_all(&mut inv, flag(o.expect_no_changes, "--expect-no-changes"));
+            push_all(&mut inv, targets);
+            push_all(&mut inv, flag(o.target_dependents, "--target-dependents"));
+            push_all(&mut inv, parallel);
+            push_all(&mut inv, [agent]);
+            push_all(&mut inv, run_program);
+            push_all(&mut inv, [exec_kind]);
+            push_all(&mut inv, event_log);
+        }
+        Operation::Destroy => {
+            push_all(&mut inv, debug_args(ctx));
+            push_all(&mut inv, message);
+            push_all(&mut inv, targets);
+            push_all(&mut inv, flag(o.target_dependents, "--target-dependents"));
+            push_all(&mut inv, parallel);
+            push_all(&mut inv, [agent]);
+            push_all(&mut inv, flag(o.refresh, "--refresh"));
+            push_all(&mut inv, flag(o.continue_on_error, "--continue-on-error"));
+            push_all(&mut inv, run_program);
+            push_all(&mut inv, [exec_kind]);
+            push_all(
+                &mut inv,
+                ["--yes".to_string(), "--skip-preview".to_string()],
+            );
+            push_all(&mut inv, event_log);
+        }
+    }
+    inv.stack_scoped(stack)
+}
+
+/// The refresh that runs before `up` when both `refresh` and `expectNoRefreshChanges` are set:
+/// `P refresh … --expect-no-changes …` with the up's message, targets and parallelism (the
+/// `up` then runs without `--refresh`).
+pub fn refresh_expecting_no_changes(
+    stack: &str,
+    o: &OperationOptions,
+    ctx: &OpContext,
+) -> Invocation {
+    let refresh = OperationOptions {
+        expect_no_changes: true,
+        ..o.clone()
+    };
+    operation(Operation::Refresh, stack, &refresh, ctx)
+}
+
+/// `P stack output --json [--show-secrets] --stack S` (stdout captured).
+pub fn stack_output(stack: &str, show_secrets: bool) -> Invocation {
+    let mut inv = Invocation::new(&["stack", "output", "--json"]);
+    if show_secrets {
+        inv = inv.arg("--show-secrets");
+    }
+    let mut inv = inv.arg("--stack").arg(stack);
+    inv.capture_stdout = true;
+    inv
+}
+
+/// `P stack history --json --page-size 1 --page 1 --stack S` (stdout captured). Without
+/// `--show-secrets`: the summary needs no config values, and so needs no decryption.
+pub fn stack_history(stack: &str) -> Invocation {
+    let mut inv = Invocation::new(&[
+        "stack",
+        "history",
+        "--json",
+        "--page-size",
+        "1",
+        "--page",
+        "1",
+    ])
+    .stack_scoped(stack);
+    inv.capture_stdout = true;
+    inv
+}
+
+/// `P stack rm --yes S` (after a destroy with `remove`, as the SDK does).
+pub fn stack_rm(stack: &str) -> Invocation {
+    Invocation::new(&["stack", "rm", "--yes", stack])
+}
+
+/// A CLI version (`vX.Y.Z`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Version(pub u64, pub u64, pub u64);
+
+impl Version {
+    /// `set-all --json` for structured config.
+    pub const JSON_CONFIG: Version = Version(3, 202, 0);
+    /// `config env add`.
+    pub const ENVIRONMENTS: Version = Version(3, 95, 0);
+
+    /// Parses `pulumi version` output tolerantly (`v3.259.0`, `3.100.0-alpha.x`).
+    pub fn parse(text: &str) -> Option<Version> {
+        let t = text.trim();
+        let t = t.strip_prefix('v').unwrap_or(t);
+        let mut parts = t.splitn(3, '.');
+        let num = |s: Option<&str>| -> Option<u64> {
+            let s = s?;
+            let digits: String = s.chars().take_while(|c| c.is_ascii_digit()).collect();
+            digits.parse().ok()
+        };
+        Some(Version(
+            num(parts.next())?,
+            num(parts.next())?,
+            num(parts.next()).unwrap_or(0),
+        ))
+    }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.0, self.1, self.2)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> OpContext {
+        OpContext {
+            event_log: "/share/.pulumi-runner/events.json".into(),
+            exec_agent: "pulumi-runner/0.1.0".into(),
+            log_level: None,
+        }
+    }
+
+    fn argv(inv: &Invocation) -> String {
+        inv.args.join(" ")
+    }
+
+    fn debug_env(inv: &Invocation) -> bool {
+        inv.env
+            .iter()
+            .any(|(k, v)| k == "PULUMI_DEBUG_COMMANDS" && v == "true")
+    }
+
+    #[test]
+    fn stack_commands() {
+        assert_eq!(argv(&version()), "version");
+        assert_eq!(argv(&install()), "--non-interactive install");
+        assert_eq!(
+            argv(&stack_select("o/p/dev")),
+            "--non-interactive stack select --stack o/p/dev"
+        );
+        assert!(!debug_env(&stack_select("dev")));
+        assert_eq!(
+            argv(&stack_init("dev", None)),
+            "--non-interactive stack init dev"
+        );
+        assert_eq!(
+            argv(&stack_init("dev", Some("passphrase"))),
+            "--non-interactive stack init dev --secrets-provider passphrase"
+        );
+        assert_eq!(
+            argv(&config_env_add("dev", &["proj/a".into(), "proj/b".into()])),
+            "--non-interactive config env add proj/a proj/b --yes --stack dev"
+        );
+        assert_eq!(
+            argv(&stack_output("dev", true)),
+            "--non-interactive stack output --json --show-secrets --stack dev"
+        );
+        assert!(stack_output("dev", false).capture_stdout);
+        let h = stack_history("dev");
+        assert_eq!(
+            argv(&h),
+            "--non-interactive stack history --json --page-size 1 --page 1 --stack dev"
+        );
+        assert!(debug_env(&h) && h.capture_stdout);
+        assert_eq!(
+            argv(&stack_rm("dev")),
+            "--non-interactive stack rm --yes dev"
+        );
+    }
+
+    #[test]
+    fn config_commands_keep_secrets_out_of_argv() {
+        let plain = config_set_all_plaintext(
+            "dev",
+            &[
+                ("p:[\"a.b\"]".into(), "x=y".into()),
+                ("p:c.d[0]".into(), "1".into()),
+            ],
+        );
+        assert_eq!(
+            argv(&plain),
+            "--non-interactive config set-all --stack dev --path --plaintext p:[\"a.b\"]=x=y --plaintext p:c.d[0]=1"
+        );
+        let secret = config_set_secret("dev", "p:[\"pw\"]", "hunter2");
+        assert_eq!(
+            argv(&secret),
+            "--non-interactive config set --stack dev --path p:[\"pw\"] --secret"
+        );
+        assert_eq!(secret.stdin.as_deref(), Some("hunter2\n"));
+        assert!(!format!("{secret:?}").contains("hunter2"));
+        let json = config_set_all_json(
+            "dev",
+            r#"{"p:o":{"value":"{}","objectValue":{},"secret":true}}"#,
+            true,
+        );
+        assert_eq!(
+            json.args[..6].join(" "),
+            "--non-interactive config set-all --stack dev --json"
+        );
+        assert_eq!(
+            json.display(),
+            "pulumi --non-interactive config set-all --stack dev --json [secret]"
+        );
+        assert!(!format!("{json:?}").contains("objectValue"));
+    }
+
+    #[test]
+    fn operations_match_the_contract() {
+        let all = OperationOptions {
+            parallel: Some(4),
+            message: Some("deploy 42".into()),
+            expect_no_changes: true,
+            replace: vec!["urn:r".into()],
+            target: vec!["urn:a".into(), "urn:b".into()],
+            target_dependents: true,
+            refresh: true,
+            continue_on_error: true,
+            run_program: Some(true),
+            ..Default::default()
+        };
+        let none = OperationOptions::default();
+        let c = ctx();
+        let ev = "--event-log /share/.pulumi-runner/events.json";
+        let ua = "--exec-agent=pulumi-runner/0.1.0";
+
+        assert_eq!(
+            argv(&operation(Operation::Up, "dev", &none, &c)),
+            format!("--non-interactive up --yes --skip-preview --exec-kind=auto.local {ev} --diff {ua} --suppress-progress --stack dev")
+        );
+        assert_eq!(
+            argv(&operation(Operation::Up, "dev", &all, &c)),
+            format!("--non-interactive up --yes --skip-preview --exec-kind=auto.local {ev} --message=deploy 42 --expect-no-changes --diff --replace=urn:r --target=urn:a --target=urn:b --target-dependents --parallel=4 {ua} --refresh --suppress-progress --continue-on-error --run-program=true --stack dev")
+        );
+        assert_eq!(
+            argv(&operation(Operation::Preview, "dev", &none, &c)),
+            format!(
+                "--non-interactive preview --exec-kind=auto.local --diff {ua} {ev} --stack dev"
+            )
+        );
+        assert_eq!(
+            argv(&operation(Operation::Preview, "dev", &all, &c)),
+            format!("--non-interactive preview --exec-kind=auto.local --message=deploy 42 --expect-no-changes --diff --replace=urn:r --target=urn:a --target=urn:b --target-dependents --parallel=4 {ua} --refresh --run-program=true {ev} --stack dev")
+        );
+        assert_eq!(
+            argv(&operation(Operation::Refresh, "dev", &none, &c)),
+            format!("--non-interactive refresh --yes --skip-preview {ua} --exec-kind=auto.local {ev} --stack dev")
+        );
+        assert_eq!(
+            argv(&operation(Operation::Refresh, "dev", &all, &c)),
+            format!("--non-interactive refresh --yes --skip-preview --message=deploy 42 --expect-no-changes --target=urn:a --target=urn:b --target-dependents --parallel=4 {ua} --run-program=true --exec-kind=auto.local {ev} --stack dev")
+        );
+        assert_eq!(
+            argv(&operation(Operation::Destroy, "dev", &none, &c)),
+            format!("--non-interactive destroy {ua} --exec-kind=auto.local --yes --skip-preview {ev} --stack dev")
+        );
+        assert_eq!(
+            argv(&operation(Operation::Destroy, "dev", &all, &c)),
+            format!("--non-interactive destroy --message=deploy 42 --target=urn:a --target=urn:b --target-dependents --parallel=4 {ua} --refresh --continue-on-error --run-program=true --exec-kind=auto.local --yes --skip-preview {ev} --stack dev")
+        );
+        for op in [
+            Operation::Preview,
+            Operation::Up,
+            Operation::Refresh,
+            Operation::Destroy,
+        ] {
+            assert!(debug_env(&operation(op, "dev", &none, &c)));
+        }
+        let verbose = OpContext {
+            log_level: Some(3),
+            ..ctx()
+        };
+        assert_eq!(
+            argv(&operation(Operation::Up, "dev", &none, &verbose))
+                .split(' ')
+                .take(6)
+                .collect::<Vec<_>>()
+                .join(" "),
+            "--non-interactive up --yes --skip-preview --logtostderr -v=3"
+        );
+        let r = refresh_expecting_no_changes(
+            "dev",
+            &OperationOptions {
+                refresh: true,
+                expect_no_refresh_changes: true,
+                ..none.clone()
+            },
+            &c,
+        );
+        assert_eq!(
+            argv(&r),
+            format!("--non-interactive refresh --yes --skip-preview --expect-no-changes {ua} --exec-kind=auto.local {ev} --stack dev")
+        );
+    }
+
+    #[test]
+    fn versions() {
+        assert_eq!(Version::parse("v3.259.0\n"), Some(Version(3, 259, 0)));
+        assert_eq!(Version::parse("3.100.1-alpha.5"), Some(Version(3, 100, 1)));
+        assert_eq!(Version::parse("garbage"), None);
+        assert!(Version(3, 201, 9) < Version::JSON_CONFIG);
+        assert!(Version(3, 202, 0) >= Version::JSON_CONFIG);
+    }
+}

@@ -1,0 +1,94 @@
+//! Reporting: the runner's own log lines (few, prefixed `pulumi-runner: `) and the result in
+//! the container's termination message.
+
+use pulumi_operator_api::plan::{Outcome, RunResult};
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+/// The default termination-message file of a Kubernetes container.
+pub const DEFAULT_RESULT_FILE: &str = "/dev/termination-log";
+
+/// Prints one line of the runner's own on stderr.
+pub fn log(message: impl AsRef<str>) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "pulumi-runner: {}", message.as_ref());
+    let _ = err.flush();
+}
+
+/// Writes the result to the termination-message file, logs it, and returns the exit code:
+/// 0 on success, 1 on failure.
+pub fn finish(result_file: &Path, result: &RunResult) -> ExitCode {
+    let text = result.to_termination_message();
+    if let Err(e) = std::fs::write(result_file, text.as_bytes()) {
+        log(format!(
+            "cannot write the result to {}: {e}",
+            result_file.display()
+        ));
+    }
+    match result.outcome {
+        Outcome::Succeeded => {
+            if result.message.is_empty() {
+                log("succeeded");
+            } else {
+                log(format!("succeeded: {}", result.message));
+            }
+            ExitCode::SUCCESS
+        }
+        Outcome::Failed => {
+            let reason = result.reason.map(|r| r.as_str()).unwrap_or("Failed");
+            log(format!("failed ({reason}): {}", result.message));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// A successful result with a message.
+pub fn succeeded(message: impl Into<String>) -> RunResult {
+    RunResult {
+        outcome: Outcome::Succeeded,
+        reason: None,
+        message: message.into(),
+        permalink: None,
+        summary: None,
+        project: None,
+        outputs: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pulumi_operator_api::plan::{FailureReason, Summary, MAX_RESULT_BYTES};
+
+    #[test]
+    fn result_file_is_written_and_truncated() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("termination-log");
+        let mut r = RunResult::failed(FailureReason::UpdateFailed, "é".repeat(5000));
+        r.summary = Some(Summary::default());
+        r.permalink = Some("https://app.pulumi.com/o/p/s/updates/1".into());
+        let code = finish(&file, &r);
+        assert_eq!(code, ExitCode::from(1));
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(text.len() <= MAX_RESULT_BYTES, "{}", text.len());
+        let back = RunResult::from_termination_message(&text).unwrap();
+        assert_eq!(back.reason, Some(FailureReason::UpdateFailed));
+        assert!(back.message.ends_with("..."));
+
+        let ok = succeeded("up succeeded");
+        assert_eq!(finish(&file, &ok), ExitCode::SUCCESS);
+        let back =
+            RunResult::from_termination_message(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        assert_eq!(back.outcome, Outcome::Succeeded);
+    }
+
+    #[test]
+    fn unwritable_result_file_does_not_change_the_exit_code() {
+        let code = finish(
+            Path::new("/nonexistent-dir/x/termination-log"),
+            &succeeded(""),
+        );
+        assert_eq!(code, ExitCode::SUCCESS);
+    }
+}

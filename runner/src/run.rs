@@ -1,0 +1,422 @@
+//! `pulumi-runner run`: in the `pulumi` container, drive the CLI through one operation —
+//! install, select (or create) the stack, add ESC environments, apply config, run the
+//! operation, read outputs and summary — and report.
+
+use crate::classify::classify;
+use crate::config::{self, Process};
+use crate::error::Failure;
+use crate::exec::{Outcome, Runner};
+use crate::outputs::{self, StackOutputs};
+use crate::plan::{project_info, Layout};
+use crate::pulumi::{self, Invocation, OpContext, Version};
+use crate::redact::Redactor;
+use crate::report::{log, succeeded};
+use crate::signals::Signals;
+use pulumi_operator_api::plan::{FailureReason, Operation, RunPlan, RunResult, Summary};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Skips writing the outputs Secret (tests without Kubernetes).
+pub const SKIP_OUTPUTS_SECRET_ENV: &str = "PULUMI_RUNNER_SKIP_OUTPUTS_SECRET";
+/// Overrides the first delay (milliseconds) of the update-conflict retries.
+pub const CONFLICT_DELAY_ENV: &str = "PULUMI_RUNNER_CONFLICT_RETRY_DELAY_MS";
+
+/// Knobs of a run that do not come from the plan.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The CLI (`pulumi`, found on PATH).
+    pub pulumi: PathBuf,
+    pub skip_outputs_secret: bool,
+    /// First delay before retrying an update conflict (doubled each time, capped at a minute).
+    pub conflict_retry_delay: Duration,
+    /// How many times an update conflict is retried (with `retryOnUpdateConflict`).
+    pub conflict_retries: u32,
+}
+
+impl RunOptions {
+    pub fn from_env() -> RunOptions {
+        let truthy = |name: &str| {
+            std::env::var(name)
+                .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+                .unwrap_or(false)
+        };
+        RunOptions {
+            pulumi: PathBuf::from("pulumi"),
+            skip_outputs_secret: truthy(SKIP_OUTPUTS_SECRET_ENV),
+            conflict_retry_delay: std::env::var(CONFLICT_DELAY_ENV)
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .map(Duration::from_millis)
+                .unwrap_or(Duration::from_secs(5)),
+            conflict_retries: 5,
+        }
+    }
+}
+
+/// Runs the plan's operation; never panics on bad input, always returns a result.
+pub async fn run(
+    plan: &RunPlan,
+    layout: &Layout,
+    opts: &RunOptions,
+    signals: Signals,
+) -> RunResult {
+    let mut redactor = Redactor::default();
+    let workspace = layout.workspace_dir();
+    let project = project_info(&workspace);
+    let mut result = match run_inner(plan, layout, opts, signals, &mut redactor).await {
+        Ok(r) => r,
+        Err(f) => f.into_result(),
+    };
+    result.project = project;
+    result.message = redactor.apply(&result.message);
+    result
+}
+
+async fn run_inner(
+    plan: &RunPlan,
+    layout: &Layout,
+    opts: &RunOptions,
+    signals: Signals,
+    redactor: &mut Redactor,
+) -> Result<RunResult, Failure> {
+    let workspace = layout.workspace_dir();
+    if !workspace.is_dir() {
+        return Err(Failure::source_unavailable(format!(
+            "no program at {}: the fetch step did not run or failed",
+            workspace.display()
+        )));
+    }
+    let project = project_info(&workspace).ok_or_else(|| {
+        Failure::source_unavailable(format!(
+            "no readable Pulumi.yaml with a project name in {}",
+            workspace.display()
+        ))
+    })?;
+    let stack = plan.stack.name.as_str();
+    if stack.is_empty() {
+        return Err(Failure::config_invalid("the plan names no stack"));
+    }
+    // Resolve config first: a missing variable or file fails before anything runs.
+    let resolved = config::resolve(&plan.stack.config, &project.name, &Process, redactor)?;
+    let config_steps = config::steps(&resolved);
+
+    let runner = Runner::new(&opts.pulumi, &workspace, signals);
+    let version = {
+        let out = runner.run(&pulumi::version()).await?;
+        let v = out
+            .success()
+            .then(|| Version::parse(&String::from_utf8_lossy(&out.stdout)))
+            .flatten();
+        match v {
+            Some(v) => log(format!("pulumi CLI {v}")),
+            None => log("cannot tell the pulumi CLI version; assuming a recent one"),
+        }
+        v
+    };
+    let config_invocations = config::invocations(stack, &config_steps, version)?;
+
+    check(&runner.run(&pulumi::install()).await?, "install")?;
+    select_stack(&runner, plan).await?;
+    if !plan.stack.environment.is_empty() {
+        check(
+            &runner
+                .run(&pulumi::config_env_add(stack, &plan.stack.environment))
+                .await?,
+            "config env add",
+        )?;
+    }
+    for inv in &config_invocations {
+        check(&runner.run(inv).await?, &inv.name())?;
+    }
+
+    let scratch = layout.scratch_dir();
+    std::fs::create_dir_all(&scratch).map_err(|e| {
+        Failure::new(
+            FailureReason::UpdateFailed,
+            format!("cannot create {}: {e}", scratch.display()),
+        )
+    })?;
+    let op = plan.operation;
+    let event_log = scratch.join(format!("events-{}.json", op.as_str()));
+    let ctx = OpContext {
+        event_log: event_log.to_string_lossy().into_owned(),
+        exec_agent: pulumi::exec_agent(),
+        log_level: plan.pulumi_log_level,
+    };
+    let mut options = plan.options.clone();
+    let retry = options.retry_on_update_conflict;
+    if op == Operation::Up && options.refresh && options.expect_no_refresh_changes {
+        let inv = pulumi::refresh_expecting_no_changes(stack, &options, &ctx);
+        let out = run_retrying_conflicts(&runner, &inv, opts, retry).await?;
+        if !out.success() {
+            let mut f = failure(&out, "refresh");
+            if f.reason == FailureReason::ExpectedNoChanges {
+                f.message = format!(
+                    "the refresh before the update found changes (expectNoRefreshChanges): {}",
+                    f.message
+                );
+            }
+            return Err(f);
+        }
+        options.refresh = false;
+    }
+    let inv = pulumi::operation(op, stack, &options, &ctx);
+    let out = run_retrying_conflicts(&runner, &inv, opts, retry).await?;
+    if !out.success() {
+        return Err(failure(&out, op.as_str()));
+    }
+
+    let mut result = succeeded(format!("{} succeeded", op.as_str()));
+    result.permalink = out.observed.permalink.clone();
+    let from_events = summary_from_event_log(&event_log);
+    result.summary = match op {
+        Operation::Preview => from_events,
+        _ => history_summary(&runner, stack).await.or(from_events),
+    };
+    let remove = op == Operation::Destroy && options.remove;
+    if op != Operation::Preview && !remove {
+        let outputs = read_outputs(&runner, stack, redactor).await?;
+        if outputs.is_empty() {
+            log("the stack has no outputs");
+        } else if opts.skip_outputs_secret {
+            log(format!(
+                "{} outputs; not writing the outputs Secret ({SKIP_OUTPUTS_SECRET_ENV} is set)",
+                outputs.values.len()
+            ));
+        } else {
+            let client = kube::Client::try_default().await.map_err(|e| {
+                Failure::new(
+                    FailureReason::UpdateFailed,
+                    format!("the operation succeeded, but no Kubernetes client for the outputs Secret: {e}"),
+                )
+            })?;
+            outputs::write_secret(client, plan, &outputs).await?;
+            log(format!(
+                "wrote {} outputs to the Secret {}",
+                outputs.values.len(),
+                plan.outputs_secret
+            ));
+            result.outputs = Some(plan.outputs_secret.clone());
+        }
+    }
+    if remove {
+        check(&runner.run(&pulumi::stack_rm(stack)).await?, "stack rm")?;
+    }
+    Ok(result)
+}
+
+/// `stack select`; on "no stack named … found", `stack init` (when allowed) and select again,
+/// as PKO does.
+async fn select_stack(runner: &Runner, plan: &RunPlan) -> Result<(), Failure> {
+    let stack = plan.stack.name.as_str();
+    let out = runner.run(&pulumi::stack_select(stack)).await?;
+    if out.success() {
+        return Ok(());
+    }
+    let f = failure(&out, "stack select");
+    if f.reason != FailureReason::StackNotFound {
+        return Err(f);
+    }
+    if !plan.stack.create {
+        return Err(Failure::new(
+            FailureReason::StackNotFound,
+            format!("the stack {stack} does not exist and may not be created (useLocalStackOnly)"),
+        ));
+    }
+    let init = runner
+        .run(&pulumi::stack_init(
+            stack,
+            plan.stack.secrets_provider.as_deref(),
+        ))
+        .await?;
+    if !init.success() && !init.observed.error_summary().contains("already exists") {
+        return Err(failure(&init, "stack init"));
+    }
+    check(
+        &runner.run(&pulumi::stack_select(stack)).await?,
+        "stack select",
+    )
+}
+
+/// Runs an operation; with `retry`, an update conflict is retried with backoff.
+async fn run_retrying_conflicts(
+    runner: &Runner,
+    inv: &Invocation,
+    opts: &RunOptions,
+    retry: bool,
+) -> Result<Outcome, Failure> {
+    let mut delay = opts.conflict_retry_delay;
+    let mut attempt = 0;
+    loop {
+        let out = runner.run(inv).await?;
+        if out.success() || !retry || attempt >= opts.conflict_retries {
+            return Ok(out);
+        }
+        if classify(out.code, &out.observed, out.interrupted) != FailureReason::UpdateConflict {
+            return Ok(out);
+        }
+        attempt += 1;
+        log(format!(
+            "another update holds the stack; retry {attempt} of {} in {:.1}s (retryOnUpdateConflict)",
+            opts.conflict_retries,
+            delay.as_secs_f64()
+        ));
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = runner.signals.after(0) => {
+                return Err(Failure::new(
+                    FailureReason::Interrupted,
+                    "interrupted while waiting to retry an update conflict",
+                ));
+            }
+        }
+        delay = (delay * 2).min(Duration::from_secs(60));
+    }
+}
+
+/// The failure of a command, classified.
+fn failure(out: &Outcome, what: &str) -> Failure {
+    let reason = classify(out.code, &out.observed, out.interrupted);
+    let detail = out.observed.error_summary();
+    let code = match out.code {
+        Some(c) => format!("exit code {c}"),
+        None => "killed by a signal".to_string(),
+    };
+    let message = match (reason, detail.is_empty()) {
+        (FailureReason::Interrupted, true) => format!("pulumi {what} was interrupted ({code})"),
+        (FailureReason::Interrupted, false) => format!("pulumi {what} was interrupted: {detail}"),
+        (_, true) => format!("pulumi {what} failed ({code})"),
+        (_, false) => format!("pulumi {what} failed: {detail}"),
+    };
+    Failure::new(reason, message)
+}
+
+fn check(out: &Outcome, what: &str) -> Result<(), Failure> {
+    if out.success() {
+        Ok(())
+    } else {
+        Err(failure(out, what))
+    }
+}
+
+async fn read_outputs(
+    runner: &Runner,
+    stack: &str,
+    redactor: &mut Redactor,
+) -> Result<StackOutputs, Failure> {
+    let masked = runner.run(&pulumi::stack_output(stack, false)).await?;
+    check(&masked, "stack output")?;
+    let revealed = runner.run(&pulumi::stack_output(stack, true)).await?;
+    check(&revealed, "stack output --show-secrets")?;
+    let outputs = StackOutputs::parse(&masked.stdout, &revealed.stdout).map_err(|e| {
+        Failure::new(
+            FailureReason::UpdateFailed,
+            format!("the operation succeeded, but {e}"),
+        )
+    })?;
+    for key in &outputs.secret {
+        if let Some(v) = outputs.values.get(key) {
+            match v {
+                serde_json::Value::String(s) => redactor.add(s),
+                other => redactor.add(&other.to_string()),
+            }
+        }
+    }
+    Ok(outputs)
+}
+
+/// The summary of the last update (`stack history`), or `None` with a log line.
+async fn history_summary(runner: &Runner, stack: &str) -> Option<Summary> {
+    let out = match runner.run(&pulumi::stack_history(stack)).await {
+        Ok(out) if out.success() => out,
+        Ok(out) => {
+            log(format!(
+                "cannot read the update summary: {}",
+                failure(&out, "stack history").message
+            ));
+            return None;
+        }
+        Err(e) => {
+            log(format!("cannot read the update summary: {}", e.message));
+            return None;
+        }
+    };
+    parse_history(&out.stdout)
+}
+
+/// The first entry of `stack history --json`.
+pub fn parse_history(json: &[u8]) -> Option<Summary> {
+    let entries: Vec<serde_json::Value> = serde_json::from_slice(json).ok()?;
+    let first = entries.first()?;
+    Some(Summary {
+        result: first
+            .get("result")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_string),
+        resource_changes: changes(first.get("resourceChanges")),
+    })
+}
+
+/// The `summaryEvent` of an event log.
+pub fn summary_from_event_log(path: &Path) -> Option<Summary> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines().rev().find_map(|line| {
+        let event: serde_json::Value = serde_json::from_str(line).ok()?;
+        let s = event.get("summaryEvent")?;
+        Some(Summary {
+            result: Some(
+                s.get("result")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("succeeded")
+                    .to_string(),
+            ),
+            resource_changes: changes(s.get("resourceChanges")),
+        })
+    })
+}
+
+fn changes(v: Option<&serde_json::Value>) -> BTreeMap<String, i64> {
+    v.and_then(serde_json::Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_i64()?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summaries() {
+        let h = br#"[
+  {
+    "version": 7, "kind": "update", "startTime": "2026-08-21T10:00:00.000Z",
+    "result": "succeeded", "endTime": "2026-08-21T10:01:02.000Z",
+    "resourceChanges": {"create": 2, "same": 1}
+  }
+]"#;
+        let s = parse_history(h).unwrap();
+        assert_eq!(s.result.as_deref(), Some("succeeded"));
+        assert_eq!(s.resource_changes["create"], 2);
+        assert!(parse_history(b"[]").is_none());
+        assert!(parse_history(b"oops").is_none());
+
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("events.json");
+        std::fs::write(
+            &log,
+            "{\"sequence\":0,\"timestamp\":1,\"preludeEvent\":{\"config\":{}}}\n\
+             {\"sequence\":1,\"timestamp\":1,\"summaryEvent\":{\"maybeCorrupt\":false,\"durationSeconds\":1,\"resourceChanges\":{\"create\":1},\"PolicyPacks\":{},\"isPreview\":true}}\n\
+             {\"sequence\":2,\"timestamp\":1,\"cancelEvent\":{}}\n",
+        )
+        .unwrap();
+        let s = summary_from_event_log(&log).unwrap();
+        assert_eq!(s.result.as_deref(), Some("succeeded"));
+        assert_eq!(s.resource_changes["create"], 1);
+        assert!(summary_from_event_log(&dir.path().join("none")).is_none());
+    }
+}
