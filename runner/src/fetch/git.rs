@@ -12,7 +12,8 @@ use crate::report::log;
 use gix::remote::fetch::Shallow;
 use std::num::NonZeroU32;
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What to fetch.
@@ -103,10 +104,11 @@ pub fn fetch(spec: &GitSpec, dest: &Path, auth: &GitAuth) -> Result<String, Fail
     let head = match commit {
         Some(id) => match clone_once(spec, dest, &Strategy::Revision(id), auth) {
             Ok(head) => head,
+            Err(first) if !first.retry => return Err(fail(first.message)),
             Err(first) => {
                 log(format!(
                     "fetching commit {id} by its SHA failed ({}); fetching every branch and tag instead",
-                    redact::urls(&first)
+                    redact::urls(&first.message)
                 ));
                 with_retries(|| clone_once(spec, dest, &Strategy::Everything(id), auth))
                     .map_err(fail)?
@@ -130,17 +132,17 @@ pub fn fetch(spec: &GitSpec, dest: &Path, auth: &GitAuth) -> Result<String, Fail
     Ok(head)
 }
 
-fn with_retries(mut attempt: impl FnMut() -> Result<String, String>) -> Result<String, String> {
+fn with_retries(mut attempt: impl FnMut() -> Result<String, CloneError>) -> Result<String, String> {
     let mut delay = Duration::from_secs(1);
     let mut n = 1;
     loop {
         match attempt() {
             Ok(v) => return Ok(v),
-            Err(e) if n >= ATTEMPTS || e.contains(NOT_FOUND) => return Err(e),
+            Err(e) if n >= ATTEMPTS || !e.retry => return Err(e.message),
             Err(e) => {
                 log(format!(
                     "git fetch attempt {n} of {ATTEMPTS} failed ({}); retrying in {}s",
-                    redact::urls(&e),
+                    redact::urls(&e.message),
                     delay.as_secs()
                 ));
                 std::thread::sleep(delay);
@@ -153,11 +155,60 @@ fn with_retries(mut attempt: impl FnMut() -> Result<String, String>) -> Result<S
 
 const NOT_FOUND: &str = "is not in the repository";
 
+/// Why one clone attempt failed; authentication problems are not worth a retry.
+#[derive(Debug)]
+struct CloneError {
+    message: String,
+    retry: bool,
+}
+
+impl From<String> for CloneError {
+    fn from(message: String) -> CloneError {
+        CloneError {
+            message,
+            retry: true,
+        }
+    }
+}
+
 fn clone_once(
     spec: &GitSpec,
     dest: &Path,
     strategy: &Strategy,
     auth: &GitAuth,
+) -> Result<String, CloneError> {
+    let asked = Arc::new(AtomicBool::new(false));
+    let rejected = Arc::new(AtomicBool::new(false));
+    let result = clone_attempt(spec, dest, strategy, auth, &asked, &rejected);
+    result.map_err(|message| {
+        if rejected.load(Ordering::SeqCst) {
+            CloneError {
+                message: format!("the server rejected the credentials ({message})"),
+                retry: false,
+            }
+        } else if asked.load(Ordering::SeqCst) && auth.password.is_none() {
+            CloneError {
+                message: "the server requires authentication, and no credentials were given \
+                          (GIT_USERNAME and GIT_PASSWORD, or GIT_TOKEN)"
+                    .to_string(),
+                retry: false,
+            }
+        } else {
+            CloneError {
+                retry: !message.contains(NOT_FOUND),
+                message,
+            }
+        }
+    })
+}
+
+fn clone_attempt(
+    spec: &GitSpec,
+    dest: &Path,
+    strategy: &Strategy,
+    auth: &GitAuth,
+    asked: &Arc<AtomicBool>,
+    rejected: &Arc<AtomicBool>,
 ) -> Result<String, String> {
     // Every attempt starts from an empty directory (a failed one may leave files behind).
     if dest.exists() {
@@ -206,10 +257,17 @@ fn clone_once(
         }
     };
     let credentials = auth.clone();
+    let (asked, rejected) = (asked.clone(), rejected.clone());
     prepare = prepare.configure_connection(move |connection| {
         let credentials = credentials.clone();
+        let (asked, rejected) = (asked.clone(), rejected.clone());
         connection.set_credentials(move |action| match action {
+            gix::credentials::helper::Action::Erase(_) => {
+                rejected.store(true, Ordering::SeqCst);
+                Ok(None)
+            }
             gix::credentials::helper::Action::Get(ctx) => {
+                asked.store(true, Ordering::SeqCst);
                 match (&credentials.username, &credentials.password) {
                     (Some(username), Some(password)) => {
                         Ok(Some(gix::credentials::protocol::Outcome {

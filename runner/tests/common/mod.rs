@@ -1,0 +1,287 @@
+//! Helpers for the runner's end-to-end tests: temp share/state dirs, plans, running the built
+//! runner binary with the Pulumi CLI stand-in first on PATH, git repositories.
+#![allow(dead_code)]
+
+use pulumi_operator_api::plan::{Operation, RunPlan, RunResult, Source, StackPlan};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+pub const PASSPHRASE: &str = "runner-test-passphrase";
+
+pub fn runner_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_pulumi-runner"))
+}
+
+/// The directory holding the stand-in `pulumi` (built on first use).
+pub fn standin_dir() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = runner_bin().parent().expect("target dir").to_path_buf();
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let status = Command::new(cargo)
+                .args(["build", "-q", "-p", "pulumi-standin"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("cargo build -p pulumi-standin");
+            assert!(status.success(), "building the pulumi stand-in failed");
+            assert!(
+                dir.join("pulumi").is_file(),
+                "no stand-in at {}",
+                dir.display()
+            );
+            dir
+        })
+        .clone()
+}
+
+/// One test's world: a share volume, a file backend, a PULUMI_HOME, a result file.
+pub struct World {
+    pub root: tempfile::TempDir,
+}
+
+impl World {
+    pub fn new() -> World {
+        let root = tempfile::Builder::new()
+            .prefix("runner-test-")
+            .tempdir()
+            .expect("temp dir");
+        for d in ["share", "state", "home", "files"] {
+            std::fs::create_dir_all(root.path().join(d)).expect("dir");
+        }
+        World { root }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.root.path().join(rel)
+    }
+
+    pub fn share(&self) -> PathBuf {
+        self.path("share")
+    }
+
+    pub fn workspace(&self) -> PathBuf {
+        self.path("share/workspace")
+    }
+
+    pub fn backend_url(&self) -> String {
+        format!("file://{}", self.path("state").display())
+    }
+
+    /// Writes a file under `files/` and returns its path.
+    pub fn file(&self, name: &str, content: &str) -> PathBuf {
+        let p = self.path("files").join(name);
+        std::fs::write(&p, content).expect("write file");
+        p
+    }
+
+    /// A runner command with the test environment (stand-in first on PATH).
+    pub fn command(&self, subcommand: &str, plan: &RunPlan) -> Command {
+        let plan_file = self.path("plan.json");
+        std::fs::write(
+            &plan_file,
+            serde_json::to_string_pretty(plan).expect("plan json"),
+        )
+        .expect("write plan");
+        let mut cmd = Command::new(runner_bin());
+        let path = format!(
+            "{}:{}",
+            standin_dir().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        cmd.arg(subcommand)
+            .env_clear()
+            .env("PATH", path)
+            .env("HOME", self.path("home"))
+            .env("PULUMI_HOME", self.path("home/.pulumi"))
+            .env("PULUMI_BACKEND_URL", self.backend_url())
+            .env("PULUMI_CONFIG_PASSPHRASE", PASSPHRASE)
+            .env("PULUMI_RUNNER_PLAN", &plan_file)
+            .env("PULUMI_RUNNER_SHARE", self.share())
+            .env("PULUMI_RUNNER_RESULT_FILE", self.path("result.json"))
+            .env("PULUMI_RUNNER_SKIP_OUTPUTS_SECRET", "1")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs a subcommand to its end.
+    pub fn run(&self, subcommand: &str, plan: &RunPlan, env: &[(&str, &str)]) -> Ran {
+        let mut cmd = self.command(subcommand, plan);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().expect("run the runner");
+        self.ran(out)
+    }
+
+    pub fn ran(&self, out: Output) -> Ran {
+        let text = std::fs::read_to_string(self.path("result.json")).unwrap_or_default();
+        let _ = std::fs::remove_file(self.path("result.json"));
+        let result = RunResult::from_termination_message(&text).unwrap_or_else(|| {
+            panic!(
+                "no result (exit {:?})\nstdout:\n{}\nstderr:\n{}",
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        Ran {
+            code: out.status.code(),
+            result,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Runs the stand-in directly in the workspace (to inspect what the runner did).
+    pub fn pulumi(&self, args: &[&str]) -> String {
+        let out = Command::new(standin_dir().join("pulumi"))
+            .args(args)
+            .current_dir(self.workspace())
+            .env("PULUMI_HOME", self.path("home/.pulumi"))
+            .env("PULUMI_BACKEND_URL", self.backend_url())
+            .env("PULUMI_CONFIG_PASSPHRASE", PASSPHRASE)
+            .output()
+            .expect("run the stand-in");
+        assert!(
+            out.status.success(),
+            "pulumi {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Fetches a Program (a Pulumi.yaml written under files/) into the share.
+    pub fn fetch_program(&self, yaml: &str) {
+        let file = self.file("Pulumi.yaml", yaml);
+        let plan = plan(
+            Operation::Up,
+            Some(Source::Program {
+                file: file.to_string_lossy().into_owned(),
+            }),
+        );
+        let ran = self.run("fetch", &plan, &[]);
+        ran.assert_ok();
+    }
+}
+
+/// The result of one runner invocation.
+#[derive(Debug)]
+pub struct Ran {
+    pub code: Option<i32>,
+    pub result: RunResult,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Ran {
+    pub fn assert_ok(&self) -> &Ran {
+        assert_eq!(
+            self.code,
+            Some(0),
+            "expected success: {:?}\nstdout:\n{}\nstderr:\n{}",
+            self.result,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    pub fn assert_failed(&self, reason: pulumi_operator_api::plan::FailureReason) -> &Ran {
+        assert_eq!(
+            (self.code, self.result.reason),
+            (Some(1), Some(reason)),
+            "{:?}\nstdout:\n{}\nstderr:\n{}",
+            self.result,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+}
+
+/// A plan for the stack `dev` (created when missing).
+pub fn plan(operation: Operation, source: Option<Source>) -> RunPlan {
+    RunPlan {
+        update_name: "st-up-1".into(),
+        namespace: "default".into(),
+        update_uid: "00000000-0000-0000-0000-000000000001".into(),
+        operation,
+        source,
+        stack: StackPlan {
+            name: "dev".into(),
+            create: true,
+            ..Default::default()
+        },
+        options: Default::default(),
+        outputs_secret: "st-up-1-stack-outputs".into(),
+        outputs_labels: Default::default(),
+        pulumi_log_level: None,
+    }
+}
+
+/// Runs git in `dir`; panics on failure; returns stdout.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args([
+            "-c",
+            "user.name=runner-test",
+            "-c",
+            "user.email=runner-test@example.com",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A bare repository `<root>/<name>.git` with a working copy; `commit` returns SHAs.
+pub struct Repo {
+    pub bare: PathBuf,
+    pub work: PathBuf,
+}
+
+impl Repo {
+    pub fn new(root: &Path, name: &str) -> Repo {
+        let bare = root.join(format!("{name}.git"));
+        let work = root.join(format!("{name}-work"));
+        std::fs::create_dir_all(&bare).expect("bare");
+        std::fs::create_dir_all(&work).expect("work");
+        git(&bare, &["init", "-q", "--bare", "-b", "main"]);
+        git(&work, &["init", "-q", "-b", "main"]);
+        Repo { bare, work }
+    }
+
+    pub fn commit(&self, files: &[(&str, &str)], message: &str) -> String {
+        for (path, content) in files {
+            let p = self.work.join(path);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("dirs");
+            std::fs::write(&p, content).expect("write");
+        }
+        git(&self.work, &["add", "-A"]);
+        git(&self.work, &["commit", "-q", "-m", message]);
+        git(
+            &self.work,
+            &[
+                "push",
+                "-q",
+                self.bare.to_str().expect("utf-8"),
+                "HEAD:main",
+            ],
+        );
+        git(&self.work, &["rev-parse", "HEAD"])
+    }
+
+    pub fn file_url(&self) -> String {
+        format!("file://{}", self.bare.display())
+    }
+}
