@@ -157,6 +157,12 @@ pub async fn write_secret(
             Ok(_) => return Ok(()),
             Err((kube::Error::Api(s), verb)) if s.code == 403 => {
                 let who = service_account(&s.message)
+                    .or_else(|| {
+                        // The Job sets these from the pod's own fields.
+                        let ns = std::env::var("POD_NAMESPACE").ok()?;
+                        let sa = std::env::var("POD_SA_NAME").ok()?;
+                        Some(format!("{ns}/{sa}"))
+                    })
                     .unwrap_or_else(|| "the pod's serviceaccount".to_string());
                 let verbs = if verb == "replace" {
                     "get, delete and create"

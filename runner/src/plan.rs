@@ -57,14 +57,30 @@ pub fn project_file(dir: &Path) -> Option<PathBuf> {
 
 /// Name and runtime of the project in `dir`, when its project file can be read.
 pub fn project_info(dir: &Path) -> Option<ProjectInfo> {
-    let text = std::fs::read_to_string(project_file(dir)?).ok()?;
+    read_project(dir).ok().flatten()
+}
+
+/// Reads the project file of `dir`: `Ok(None)` when there is none, `Err` when it cannot be
+/// read or parsed (or has no `name`).
+pub fn read_project(dir: &Path) -> Result<Option<ProjectInfo>, String> {
+    let Some(file) = project_file(dir) else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
     parse_project(&text)
+        .map(Some)
+        .map_err(|e| format!("{}: {e}", file.display()))
 }
 
 /// Parses `name` and `runtime` (a string or `{name, options}`) of a project file (YAML or JSON).
-pub fn parse_project(text: &str) -> Option<ProjectInfo> {
-    let doc: serde_yaml::Value = serde_yaml::from_str(text).ok()?;
-    let name = doc.get("name")?.as_str()?.to_string();
+pub fn parse_project(text: &str) -> Result<ProjectInfo, String> {
+    let doc: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+    let name = doc
+        .get("name")
+        .and_then(serde_yaml::Value::as_str)
+        .ok_or("project is missing a 'name' attribute")?
+        .to_string();
     let runtime = match doc.get("runtime") {
         Some(serde_yaml::Value::String(s)) => s.clone(),
         Some(v) => v
@@ -74,7 +90,7 @@ pub fn parse_project(text: &str) -> Option<ProjectInfo> {
             .to_string(),
         None => String::new(),
     };
-    Some(ProjectInfo { name, runtime })
+    Ok(ProjectInfo { name, runtime })
 }
 
 #[cfg(test)]
@@ -91,8 +107,10 @@ mod tests {
         assert_eq!(p.runtime, "nodejs");
         let p = parse_project(r#"{"name": "j", "runtime": "go"}"#).unwrap();
         assert_eq!((p.name.as_str(), p.runtime.as_str()), ("j", "go"));
-        assert!(parse_project("runtime: yaml").is_none());
-        assert!(parse_project(": :").is_none());
+        assert!(parse_project("runtime: yaml")
+            .unwrap_err()
+            .contains("missing a 'name'"));
+        assert!(parse_project("a: [${x}]").is_err());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use crate::config::{self, Process};
 use crate::error::Failure;
 use crate::exec::{Outcome, Runner};
 use crate::outputs::{self, StackOutputs};
-use crate::plan::{project_info, Layout};
+use crate::plan::{project_info, read_project, Layout};
 use crate::pulumi::{self, Invocation, OpContext, Version};
 use crate::redact::Redactor;
 use crate::report::{log, succeeded};
@@ -87,12 +87,21 @@ async fn run_inner(
             workspace.display()
         )));
     }
-    let project = project_info(&workspace).ok_or_else(|| {
-        Failure::source_unavailable(format!(
-            "no readable Pulumi.yaml with a project name in {}",
-            workspace.display()
-        ))
-    })?;
+    let project = match read_project(&workspace) {
+        Ok(Some(p)) => p,
+        Ok(None) => {
+            return Err(Failure::source_unavailable(format!(
+                "no Pulumi.yaml in {}",
+                workspace.display()
+            )))
+        }
+        Err(e) => {
+            return Err(Failure::new(
+                FailureReason::CompileError,
+                format!("invalid project file {e}"),
+            ))
+        }
+    };
     let stack = plan.stack.name.as_str();
     if stack.is_empty() {
         return Err(Failure::config_invalid("the plan names no stack"));

@@ -180,6 +180,10 @@ mod tests {
     fn minimal_project_quotes() {
         let text = minimal_project("my: proj", "yaml");
         let info = crate::plan::parse_project(&text).unwrap();
+        assert!(
+            text.contains("'my: proj'") || text.contains("\"my: proj\""),
+            "{text}"
+        );
         assert_eq!(info.name, "my: proj");
         assert_eq!(info.runtime, "yaml");
     }

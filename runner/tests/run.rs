@@ -1,0 +1,432 @@
+//! `pulumi-runner run` end to end against the Pulumi CLI stand-in (file backend, passphrase),
+//! without Kubernetes (the outputs Secret is skipped with PULUMI_RUNNER_SKIP_OUTPUTS_SECRET).
+
+mod common;
+
+use common::*;
+use pulumi_operator_api::plan::{FailureReason, Operation, Outcome, RunPlan};
+use pulumi_operator_api::workspace::{ConfigItem, ConfigValueFrom};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+const CONFIG_PROGRAM: &str = r#"name: proj
+runtime: yaml
+config:
+  greeting: {type: string}
+  count: {type: integer}
+  settings: {type: object}
+  data: {type: object}
+  dbPassword: {type: string}
+  apiToken: {type: string}
+  creds: {type: object}
+resources:
+  rec:
+    type: standin:index:Record
+    properties:
+      greeting: ${greeting}
+      count: ${count}
+      region: ${settings.region}
+      first: ${data.nums[0]}
+      password: ${dbPassword}
+      token: ${apiToken}
+      user: ${creds.user}
+outputs:
+  greeting: ${rec.greeting}
+  count: ${rec.count}
+  region: ${rec.region}
+  first: ${rec.first}
+  password: ${rec.password}
+  token: ${rec.token}
+  user: ${rec.user}
+"#;
+
+const DB_PASSWORD: &str = "db-pw-from-env-4711";
+const API_TOKEN: &str = "api-token-from-file-0815";
+const CREDS_SECRET: &str = "structured-secret-pw-99";
+
+fn value(key: &str, v: serde_json::Value) -> ConfigItem {
+    ConfigItem {
+        key: key.into(),
+        value: Some(v),
+        ..Default::default()
+    }
+}
+
+fn config_plan(w: &World) -> RunPlan {
+    let token = w.file("api-token", API_TOKEN);
+    let creds = w.file(
+        "creds.json",
+        &json!({"user": "admin", "password": CREDS_SECRET}).to_string(),
+    );
+    let mut p = plan(Operation::Up, None);
+    p.stack.config = vec![
+        value("greeting", json!("hello")),
+        value("count", json!(3)),
+        value("settings", json!({"region": "eu-west-1"})),
+        ConfigItem {
+            path: Some(true),
+            ..value("data.nums[0]", json!("1"))
+        },
+        value("aws:region", json!("us-east-2")),
+        ConfigItem {
+            key: "dbPassword".into(),
+            value_from: Some(ConfigValueFrom {
+                env: Some("DB_PASSWORD".into()),
+                ..Default::default()
+            }),
+            secret: Some(true),
+            ..Default::default()
+        },
+        ConfigItem {
+            key: "apiToken".into(),
+            value_from: Some(ConfigValueFrom {
+                path: Some(token.to_string_lossy().into_owned()),
+                ..Default::default()
+            }),
+            secret: Some(true),
+            ..Default::default()
+        },
+        ConfigItem {
+            key: "creds".into(),
+            value_from: Some(ConfigValueFrom {
+                path: Some(creds.to_string_lossy().into_owned()),
+                json: Some(true),
+                ..Default::default()
+            }),
+            secret: Some(true),
+            ..Default::default()
+        },
+    ];
+    p
+}
+
+#[test]
+fn up_with_plain_structured_and_secret_config_then_up_again() {
+    let w = World::new();
+    w.fetch_program(CONFIG_PROGRAM);
+    let p = config_plan(&w);
+    let env = [("DB_PASSWORD", DB_PASSWORD)];
+
+    let ran = w.run("run", &p, &env);
+    ran.assert_ok();
+    let r = &ran.result;
+    assert_eq!(r.outcome, Outcome::Succeeded);
+    assert_eq!(r.message, "up succeeded");
+    let summary = r.summary.as_ref().expect("summary");
+    assert_eq!(summary.result.as_deref(), Some("succeeded"));
+    assert_eq!(
+        summary.resource_changes.get("create"),
+        Some(&2),
+        "{summary:?}"
+    );
+    let project = r.project.as_ref().expect("project");
+    assert_eq!(
+        (project.name.as_str(), project.runtime.as_str()),
+        ("proj", "yaml")
+    );
+    assert!(
+        r.outputs.is_none(),
+        "the Secret step is skipped in this test"
+    );
+    // Pulumi's own output is streamed.
+    assert!(ran.stdout.contains("Updating (dev)"), "{}", ran.stdout);
+    // Secret values never show up in the logs, and no argv the runner logs holds them
+    // except the structured secret's `--json` (which is logged redacted).
+    for s in [DB_PASSWORD, API_TOKEN, CREDS_SECRET, PASSPHRASE] {
+        assert!(!ran.stdout.contains(s), "{s} in stdout");
+        assert!(!ran.stderr.contains(s), "{s} in stderr:\n{}", ran.stderr);
+    }
+    assert!(ran.stderr.contains("--json [secret]"), "{}", ran.stderr);
+
+    // The config landed as the CLI stores it.
+    let stack_yaml = std::fs::read_to_string(w.workspace().join("Pulumi.dev.yaml")).unwrap();
+    let doc: serde_yaml::Value = serde_yaml::from_str(&stack_yaml).unwrap();
+    let config = &doc["config"];
+    assert_eq!(config["proj:greeting"], serde_yaml::Value::from("hello"));
+    assert_eq!(config["proj:count"], serde_yaml::Value::from(3));
+    assert_eq!(
+        config["proj:settings"]["region"],
+        serde_yaml::Value::from("eu-west-1")
+    );
+    assert_eq!(config["proj:data"]["nums"][0], serde_yaml::Value::from(1));
+    assert_eq!(config["aws:region"], serde_yaml::Value::from("us-east-2"));
+    for k in ["proj:dbPassword", "proj:apiToken", "proj:creds"] {
+        assert!(
+            config[k]["secure"].is_string(),
+            "{k} is not encrypted:\n{stack_yaml}"
+        );
+    }
+    assert!(!stack_yaml.contains(DB_PASSWORD) && !stack_yaml.contains(CREDS_SECRET));
+
+    // The outputs the program computed from that config.
+    let outputs: serde_json::Value = serde_json::from_str(&w.pulumi(&[
+        "stack",
+        "output",
+        "--json",
+        "--show-secrets",
+        "--stack",
+        "dev",
+    ]))
+    .unwrap();
+    assert_eq!(outputs["greeting"], json!("hello"));
+    assert_eq!(outputs["count"], json!(3));
+    assert_eq!(outputs["region"], json!("eu-west-1"));
+    assert_eq!(outputs["first"], json!(1));
+    assert_eq!(outputs["password"], json!(DB_PASSWORD));
+    assert_eq!(outputs["token"], json!(API_TOKEN));
+    assert_eq!(outputs["user"], json!("admin"));
+    let masked = w.pulumi(&["stack", "output", "--json", "--stack", "dev"]);
+    assert!(
+        masked.contains("[secret]") && !masked.contains(DB_PASSWORD),
+        "{masked}"
+    );
+
+    // Again: nothing changes.
+    let ran = w.run("run", &p, &env);
+    ran.assert_ok();
+    let summary = ran.result.summary.as_ref().expect("summary");
+    assert_eq!(
+        summary.resource_changes.get("same"),
+        Some(&2),
+        "{summary:?}"
+    );
+    assert_eq!(summary.resource_changes.get("create"), None, "{summary:?}");
+}
+
+#[test]
+fn missing_config_source_is_config_invalid_before_pulumi_runs() {
+    let w = World::new();
+    w.fetch_program(CONFIG_PROGRAM);
+    let ran = w.run("run", &config_plan(&w), &[]);
+    ran.assert_failed(FailureReason::ConfigInvalid);
+    assert!(
+        ran.result.message.contains("DB_PASSWORD"),
+        "{}",
+        ran.result.message
+    );
+    assert!(!ran.stderr.contains("running pulumi"), "{}", ran.stderr);
+}
+
+#[test]
+fn failing_programs_are_classified() {
+    let w = World::new();
+    w.fetch_program(
+        "name: proj\nruntime: yaml\nresources:\n  boom:\n    type: standin:index:Fail\n    properties:\n      message: the widget exploded\n",
+    );
+    let ran = w.run("run", &plan(Operation::Up, None), &[]);
+    ran.assert_failed(FailureReason::UpdateFailed);
+    assert!(
+        ran.result.message.contains("the widget exploded"),
+        "{}",
+        ran.result.message
+    );
+    assert!(ran.result.project.is_some());
+
+    // A program that does not evaluate (the stand-in has no compile step, so its evaluation
+    // errors classify as UpdateFailed; the contract's compile patterns are unit-tested).
+    let w = World::new();
+    w.fetch_program(
+        "name: proj\nruntime: yaml\nresources:\n  r:\n    type: standin:index:Record\n    properties:\n      v: ${nope.x}\n",
+    );
+    let ran = w.run("run", &plan(Operation::Up, None), &[]);
+    let reason = ran.result.reason;
+    assert!(
+        matches!(
+            reason,
+            Some(FailureReason::CompileError | FailureReason::UpdateFailed)
+        ),
+        "{:?}",
+        ran.result
+    );
+    assert!(
+        ran.result.message.contains("nope"),
+        "{}",
+        ran.result.message
+    );
+
+    // A project file that is not YAML at all.
+    let w = World::new();
+    w.fetch_program("name: proj\nruntime: yaml\nresources: [${x}]\n");
+    let ran = w.run("run", &plan(Operation::Up, None), &[]);
+    ran.assert_failed(FailureReason::CompileError);
+}
+
+const RECORD: &str =
+    "name: proj\nruntime: yaml\nresources:\n  rec:\n    type: standin:index:Record\n    properties:\n      v: one\noutputs:\n  v: ${rec.v}\n";
+
+#[test]
+fn expect_no_changes_and_preview() {
+    let w = World::new();
+    w.fetch_program(RECORD);
+    w.run("run", &plan(Operation::Up, None), &[]).assert_ok();
+
+    // Unchanged: expectNoChanges holds.
+    let mut p = plan(Operation::Up, None);
+    p.options.expect_no_changes = true;
+    w.run("run", &p, &[]).assert_ok();
+
+    // Changed program: a preview reports the change (summary from the event log)…
+    w.fetch_program(&RECORD.replace("v: one", "v: two"));
+    let ran = w.run("run", &plan(Operation::Preview, None), &[]);
+    ran.assert_ok();
+    let summary = ran.result.summary.as_ref().expect("preview summary");
+    assert_eq!(
+        summary.resource_changes.get("update"),
+        Some(&1),
+        "{summary:?}"
+    );
+
+    // …and an update that expects no changes fails with ExpectedNoChanges.
+    let ran = w.run("run", &p, &[]);
+    ran.assert_failed(FailureReason::ExpectedNoChanges);
+
+    // refresh + expectNoRefreshChanges: a refresh with --expect-no-changes runs first.
+    let mut p = plan(Operation::Up, None);
+    p.options.refresh = true;
+    p.options.expect_no_refresh_changes = true;
+    let ran = w.run("run", &p, &[]);
+    ran.assert_ok();
+    assert!(
+        ran.stderr
+            .contains("refresh --yes --skip-preview --expect-no-changes"),
+        "{}",
+        ran.stderr
+    );
+}
+
+#[test]
+fn stack_not_found_without_create() {
+    let w = World::new();
+    w.fetch_program(RECORD);
+    let mut p = plan(Operation::Up, None);
+    p.stack.create = false;
+    let ran = w.run("run", &p, &[]);
+    ran.assert_failed(FailureReason::StackNotFound);
+    assert!(ran.result.message.contains("dev"), "{}", ran.result.message);
+}
+
+#[test]
+fn destroy_with_remove() {
+    let w = World::new();
+    w.fetch_program(RECORD);
+    w.run("run", &plan(Operation::Up, None), &[]).assert_ok();
+    let mut p = plan(Operation::Destroy, None);
+    p.options.remove = true;
+    let ran = w.run("run", &p, &[]);
+    ran.assert_ok();
+    assert_eq!(
+        ran.result
+            .summary
+            .as_ref()
+            .and_then(|s| s.resource_changes.get("delete")),
+        Some(&2),
+        "{:?}",
+        ran.result
+    );
+    let mut p = plan(Operation::Up, None);
+    p.stack.create = false;
+    w.run("run", &p, &[])
+        .assert_failed(FailureReason::StackNotFound);
+}
+
+#[test]
+fn sigterm_interrupts_pulumi_cleanly_and_leaves_no_lock() {
+    let w = World::new();
+    let program = "name: proj\nruntime: yaml\nresources:\n  nap:\n    type: standin:index:Sleep\n    properties:\n      seconds: 4\n  rec:\n    type: standin:index:Record\n    properties:\n      v: x\n    options:\n      dependsOn: [\"${nap}\"]\n";
+    w.fetch_program(program);
+    let p = plan(Operation::Up, None);
+    let child = w
+        .command("run", &p)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the update holds the lock (the Sleep is in flight), then SIGTERM the runner.
+    let locks = w.path("state/.pulumi/locks/organization/proj/dev");
+    let start = Instant::now();
+    while std::fs::read_dir(&locks).map(|d| d.count()).unwrap_or(0) == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the update never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let out = child.wait_with_output().unwrap();
+    let ran = w.ran(out);
+    ran.assert_failed(FailureReason::Interrupted);
+    assert!(
+        ran.stderr.contains("sending SIGINT to pulumi"),
+        "{}",
+        ran.stderr
+    );
+    assert_eq!(
+        std::fs::read_dir(&locks).map(|d| d.count()).unwrap_or(0),
+        0,
+        "the stack is still locked"
+    );
+    // The stack is usable at once.
+    let ran = w.run("run", &p, &[]);
+    ran.assert_ok();
+}
+
+#[test]
+fn update_conflicts_fail_or_are_retried() {
+    let w = World::new();
+    w.fetch_program(RECORD);
+    w.run("run", &plan(Operation::Up, None), &[]).assert_ok();
+    // Another "update" holds the DIY lock.
+    let locks = w.path("state/.pulumi/locks/organization/proj/dev");
+    std::fs::create_dir_all(&locks).unwrap();
+    let lock = locks.join("3f1e2c44-other-update.json");
+    std::fs::write(
+        &lock,
+        r#"{"pid": 1, "username": "other", "hostname": "elsewhere", "timestamp": "2026-01-01T00:00:00Z"}"#,
+    )
+    .unwrap();
+
+    let ran = w.run("run", &plan(Operation::Up, None), &[]);
+    ran.assert_failed(FailureReason::UpdateConflict);
+
+    // retryOnUpdateConflict: the lock goes away while the runner waits.
+    let mut p = plan(Operation::Up, None);
+    p.options.retry_on_update_conflict = true;
+    let remover = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1200));
+        std::fs::remove_file(lock).unwrap();
+    });
+    let ran = w.run(
+        "run",
+        &p,
+        &[("PULUMI_RUNNER_CONFLICT_RETRY_DELAY_MS", "400")],
+    );
+    remover.join().unwrap();
+    ran.assert_ok();
+    assert!(ran.stderr.contains("retry 1 of"), "{}", ran.stderr);
+}
+
+#[test]
+fn wrong_passphrase_and_missing_program() {
+    let w = World::new();
+    w.fetch_program(RECORD);
+    w.run("run", &plan(Operation::Up, None), &[]).assert_ok();
+    let ran = w.run(
+        "run",
+        &plan(Operation::Up, None),
+        &[("PULUMI_CONFIG_PASSPHRASE", "not-the-passphrase")],
+    );
+    ran.assert_failed(FailureReason::ConfigInvalid);
+    assert!(
+        ran.result.message.contains("passphrase"),
+        "{}",
+        ran.result.message
+    );
+    assert!(!ran.result.message.contains("not-the-passphrase"));
+
+    let empty = World::new();
+    let ran = empty.run("run", &plan(Operation::Up, None), &[]);
+    ran.assert_failed(FailureReason::SourceUnavailable);
+}
