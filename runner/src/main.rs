@@ -53,11 +53,13 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Command::Bootstrap { dest } => {
+            signals::exit_on_termination();
             let dest = dest.unwrap_or_else(|| PathBuf::from(RUNNER_BINARY));
             bootstrap::bootstrap(&dest).unwrap_or_else(|f| f.into_result())
         }
         Command::Fetch(common) => match plan::load(&common.plan) {
             Ok(p) => {
+                signals::exit_on_termination();
                 fetch::fetch(&p, &Layout::new(&common.share)).unwrap_or_else(|f| f.into_result())
             }
             Err(f) => f.into_result(),

@@ -187,7 +187,8 @@ fn push_all(inv: &mut Invocation, args: impl IntoIterator<Item = String>) {
     inv.args.extend(args);
 }
 
-/// The operation, with flags in the order PKO's agent produces them (contract §2.5).
+/// The operation, with flags in the order PKO's agent produces them (contract §2.5), but
+/// without `--suppress-progress` on `up` (see below).
 pub fn operation(op: Operation, stack: &str, o: &OperationOptions, ctx: &OpContext) -> Invocation {
     let message = o
         .message
@@ -239,7 +240,10 @@ pub fn operation(op: Operation, stack: &str, o: &OperationOptions, ctx: &OpConte
             push_all(&mut inv, parallel);
             push_all(&mut inv, [agent]);
             push_all(&mut inv, flag(o.refresh, "--refresh"));
-            push_all(&mut inv, ["--suppress-progress".to_string()]);
+            // PKO adds --suppress-progress here; it is left out on purpose: the real CLI's
+            // non-interactive display has no progress ticker anyway, and without the flag
+            // every resource step line reaches `kubectl logs` (the test stand-in drops them
+            // with it).
             push_all(&mut inv, flag(o.continue_on_error, "--continue-on-error"));
             push_all(&mut inv, run_program);
         }
@@ -479,11 +483,11 @@ mod tests {
 
         assert_eq!(
             argv(&operation(Operation::Up, "dev", &none, &c)),
-            format!("--non-interactive up --yes --skip-preview --exec-kind=auto.local {ev} --diff {ua} --suppress-progress --stack dev")
+            format!("--non-interactive up --yes --skip-preview --exec-kind=auto.local {ev} --diff {ua} --stack dev")
         );
         assert_eq!(
             argv(&operation(Operation::Up, "dev", &all, &c)),
-            format!("--non-interactive up --yes --skip-preview --exec-kind=auto.local {ev} --message=deploy 42 --expect-no-changes --diff --replace=urn:r --target=urn:a --target=urn:b --target-dependents --parallel=4 {ua} --refresh --suppress-progress --continue-on-error --run-program=true --stack dev")
+            format!("--non-interactive up --yes --skip-preview --exec-kind=auto.local {ev} --message=deploy 42 --expect-no-changes --diff --replace=urn:r --target=urn:a --target=urn:b --target-dependents --parallel=4 {ua} --refresh --continue-on-error --run-program=true --stack dev")
         );
         assert_eq!(
             argv(&operation(Operation::Preview, "dev", &none, &c)),

@@ -83,3 +83,20 @@ pub fn reap_orphans() {
         }
     }
 }
+
+extern "C" fn exit_on_signal(signal: libc::c_int) {
+    // SAFETY: _exit is async-signal-safe.
+    unsafe { libc::_exit(128 + signal) }
+}
+
+/// For the short, stateless stages (bootstrap, fetch): exit at once on SIGTERM or SIGINT. As PID
+/// 1 of a container the runner would otherwise ignore SIGTERM, and a pod being deleted would
+/// wait out its whole grace period.
+pub fn exit_on_termination() {
+    let handler: extern "C" fn(libc::c_int) = exit_on_signal;
+    // SAFETY: installs a handler that only calls an async-signal-safe function.
+    unsafe {
+        libc::signal(libc::SIGTERM, handler as libc::sighandler_t);
+        libc::signal(libc::SIGINT, handler as libc::sighandler_t);
+    }
+}
