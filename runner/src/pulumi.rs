@@ -134,6 +134,14 @@ pub fn config_env_add(stack: &str, environments: &[String]) -> Invocation {
     inv.arg("--yes").arg("--stack").arg(stack)
 }
 
+/// `P config env ls --stack S --json` (CLI ≥ 3.99; stdout captured): the stack's ESC
+/// environments, so that `add` does not import one twice.
+pub fn config_env_ls(stack: &str) -> Invocation {
+    let mut inv = Invocation::new(&["config", "env", "ls", "--stack", stack, "--json"]);
+    inv.capture_stdout = true;
+    inv
+}
+
 /// `P config set-all --stack S --path --plaintext k=v…` (keys already namespaced and, when not
 /// paths, escaped as `ns:["key"]`, as PKO does).
 pub fn config_set_all_plaintext(stack: &str, pairs: &[(String, String)]) -> Invocation {
@@ -341,6 +349,8 @@ impl Version {
     pub const JSON_CONFIG: Version = Version(3, 202, 0);
     /// `config env add`.
     pub const ENVIRONMENTS: Version = Version(3, 95, 0);
+    /// `config env ls --json`.
+    pub const ENVIRONMENTS_LS: Version = Version(3, 99, 0);
 
     /// Parses `pulumi version` output tolerantly (`v3.259.0`, `3.100.0-alpha.x`).
     pub fn parse(text: &str) -> Option<Version> {
@@ -408,6 +418,10 @@ mod tests {
         assert_eq!(
             argv(&config_env_add("dev", &["proj/a".into(), "proj/b".into()])),
             "--non-interactive config env add proj/a proj/b --yes --stack dev"
+        );
+        assert_eq!(
+            argv(&config_env_ls("dev")),
+            "--non-interactive config env ls --stack dev --json"
         );
         assert_eq!(
             argv(&stack_output("dev", true)),

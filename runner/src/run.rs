@@ -128,12 +128,23 @@ async fn run_inner(
     check(&runner.run(&pulumi::install()).await?, "install")?;
     select_stack(&runner, plan).await?;
     if !plan.stack.environment.is_empty() {
-        check(
-            &runner
-                .run(&pulumi::config_env_add(stack, &plan.stack.environment))
-                .await?,
-            "config env add",
-        )?;
+        let listed = if version.is_none_or(|v| v >= Version::ENVIRONMENTS_LS) {
+            let out = runner.run(&pulumi::config_env_ls(stack)).await?;
+            if out.success() {
+                serde_json::from_slice::<Vec<String>>(&out.stdout).unwrap_or_default()
+            } else {
+                Vec::new()
+            }
+        } else {
+            Vec::new()
+        };
+        let missing = missing_environments(&listed, &plan.stack.environment);
+        if !missing.is_empty() {
+            check(
+                &runner.run(&pulumi::config_env_add(stack, &missing)).await?,
+                "config env add",
+            )?;
+        }
     }
     for inv in &config_invocations {
         check(&runner.run(inv).await?, &inv.name())?;
@@ -246,6 +257,17 @@ async fn select_stack(runner: &Runner, plan: &RunPlan) -> Result<(), Failure> {
         &runner.run(&pulumi::stack_select(stack)).await?,
         "stack select",
     )
+}
+
+/// The wanted environments that are not imported yet, in order, without duplicates.
+pub fn missing_environments(listed: &[String], wanted: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for w in wanted {
+        if !listed.contains(w) && !out.contains(w) && !w.is_empty() {
+            out.push(w.clone());
+        }
+    }
+    out
 }
 
 /// Runs an operation; with `retry`, an update conflict is retried with backoff.
@@ -398,6 +420,16 @@ fn changes(v: Option<&serde_json::Value>) -> BTreeMap<String, i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn environments_are_added_once() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            missing_environments(&s(&["p/a"]), &s(&["p/a", "p/b", "p/b", "p/c"])),
+            s(&["p/b", "p/c"])
+        );
+        assert!(missing_environments(&s(&["p/a"]), &s(&["p/a"])).is_empty());
+    }
 
     #[test]
     fn summaries() {

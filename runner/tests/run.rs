@@ -430,3 +430,44 @@ fn wrong_passphrase_and_missing_program() {
     let ran = empty.run("run", &plan(Operation::Up, None), &[]);
     ran.assert_failed(FailureReason::SourceUnavailable);
 }
+
+#[test]
+fn simulated_cloud_permalink_environments_and_access_token() {
+    let w = World::new();
+    w.fetch_program(RECORD);
+    std::fs::create_dir_all(w.path("cloud")).unwrap();
+    let cloud = w.path("cloud").to_string_lossy().into_owned();
+    let env = [
+        ("PULUMI_BACKEND_URL", "https://api.pulumi.com"),
+        ("PULUMI_ACCESS_TOKEN", "pul-test-token-123"),
+        ("PULUMI_STANDIN_CLOUD_DIR", cloud.as_str()),
+    ];
+    let mut p = plan(Operation::Up, None);
+    p.stack.name = "organization/proj/dev".into();
+    p.stack.environment = vec!["proj/a".into(), "proj/b".into()];
+    let ran = w.run("run", &p, &env);
+    ran.assert_ok();
+    assert_eq!(
+        ran.result.permalink.as_deref(),
+        Some("https://app.pulumi.com/organization/proj/dev/updates/1")
+    );
+    // Again: the environments are not imported twice.
+    let ran = w.run("run", &p, &env);
+    ran.assert_ok();
+    assert_eq!(
+        ran.result.permalink.as_deref(),
+        Some("https://app.pulumi.com/organization/proj/dev/updates/2")
+    );
+    let stack_yaml = std::fs::read_to_string(w.workspace().join("Pulumi.dev.yaml")).unwrap();
+    let doc: serde_yaml::Value = serde_yaml::from_str(&stack_yaml).unwrap();
+    assert_eq!(
+        doc["environment"],
+        serde_yaml::from_str::<serde_yaml::Value>("[proj/a, proj/b]").unwrap(),
+        "{stack_yaml}"
+    );
+    assert!(!ran.stderr.contains("pul-test-token-123"));
+
+    // Without a token.
+    let ran = w.run("run", &p, &[env[0], ("PULUMI_ACCESS_TOKEN", ""), env[2]]);
+    ran.assert_failed(FailureReason::InvalidAccessToken);
+}
