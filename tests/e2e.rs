@@ -9,7 +9,9 @@ use kube::api::ListParams;
 use kube::Api;
 use pulumi_operator_api::Stack;
 use std::time::{Duration, Instant};
-use test_support::{kubectl, wait_for, wait_until, GitRepo, GitServer, StackNamespace, TEST_PASSPHRASE};
+use test_support::{
+    kubectl, wait_for, wait_until, GitRepo, GitServer, StackNamespace, TEST_PASSPHRASE,
+};
 
 const T: Duration = Duration::from_secs(120);
 
@@ -67,7 +69,12 @@ impl Fixture {
         std::fs::create_dir_all(&root).unwrap();
         let repo = GitRepo::new(&root, "app");
         let server = GitServer::start(&root);
-        Fixture { sn, repo, server, _root: TempDir(root) }
+        Fixture {
+            sn,
+            repo,
+            server,
+            _root: TempDir(root),
+        }
     }
 
     fn url(&self) -> String {
@@ -111,24 +118,47 @@ spec:
 
     async fn wait_stack(&self, name: &str, what: &str, check: impl Fn(&Stack) -> bool) -> Stack {
         let stacks = self.stacks();
-        wait_for(T, what, || async { stacks.get(name).await.ok().filter(|s| check(s)) }).await
+        wait_for(T, what, || async {
+            stacks.get(name).await.ok().filter(|s| check(s))
+        })
+        .await
     }
 }
 
 fn condition(s: &Stack, kind: &str) -> Option<(String, String)> {
-    s.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == kind).map(|c| (c.status.clone(), c.reason.clone()))
+    s.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == kind)
+        .map(|c| (c.status.clone(), c.reason.clone()))
 }
 
 fn ready(s: &Stack) -> bool {
-    condition(s, "Ready").is_some_and(|(st, _)| st == "True") && s.status.as_ref().and_then(|x| x.observed_generation) == s.metadata.generation
+    condition(s, "Ready").is_some_and(|(st, _)| st == "True")
+        && s.status.as_ref().and_then(|x| x.observed_generation) == s.metadata.generation
 }
 
 fn last_update_name(s: &Stack) -> String {
-    s.status.as_ref().and_then(|x| x.last_update.as_ref()).and_then(|l| l.name.clone()).unwrap_or_default()
+    s.status
+        .as_ref()
+        .and_then(|x| x.last_update.as_ref())
+        .and_then(|l| l.name.clone())
+        .unwrap_or_default()
 }
 
 fn stack_jobs(f: &Fixture, stack: &str) -> Vec<String> {
-    let out = kubectl(&["-n", f.ns(), "get", "jobs", "-l", &format!("pulumi.com/stack-name={stack}"), "-o", "name"]);
+    let out = kubectl(&[
+        "-n",
+        f.ns(),
+        "get",
+        "jobs",
+        "-l",
+        &format!("pulumi.com/stack-name={stack}"),
+        "-o",
+        "name",
+    ]);
     out.lines().map(str::to_string).collect()
 }
 
@@ -137,8 +167,14 @@ fn stack_jobs(f: &Fixture, stack: &str) -> Vec<String> {
 #[tokio::test]
 async fn commit_pinned_stack_becomes_ready_with_outputs_and_logs() {
     let f = Fixture::new("commit").await;
-    let sha = f.repo.commit(&[("infra/Pulumi.yaml", PROGRAM)], "initial program");
-    f.sn.ns.apply(&f.stack_yaml("app", &format!("commit: {sha}\n  repoDir: infra"), "  config:\n    greeting: hi from the stack\n"));
+    let sha = f
+        .repo
+        .commit(&[("infra/Pulumi.yaml", PROGRAM)], "initial program");
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}\n  repoDir: infra"),
+        "  config:\n    greeting: hi from the stack\n",
+    ));
     let s = f.wait_stack("app", "the stack to be Ready", ready).await;
     let st = s.status.clone().unwrap();
     let last = st.last_update.clone().unwrap();
@@ -150,28 +186,55 @@ async fn commit_pinned_stack_becomes_ready_with_outputs_and_logs() {
 
     let update = last.name.unwrap();
     let secrets: Api<Secret> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
-    let out = secrets.get(&format!("{update}-stack-outputs")).await.unwrap();
+    let out = secrets
+        .get(&format!("{update}-stack-outputs"))
+        .await
+        .unwrap();
     let keys = out.metadata.annotations.unwrap()["pulumi.com/secrets"].clone();
     assert!(keys.contains("password"), "{keys}");
-    assert_eq!(String::from_utf8_lossy(&out.data.unwrap()["password"].0), "\"top-secret-output-9d1\"");
+    assert_eq!(
+        String::from_utf8_lossy(&out.data.unwrap()["password"].0),
+        "\"top-secret-output-9d1\""
+    );
 
     let logs = kubectl(&["-n", f.ns(), "logs", &format!("job/{update}")]);
-    assert!(logs.contains("rec"), "the Pulumi output should name the resource:\n{logs}");
-    assert!(!logs.contains(TEST_PASSPHRASE), "the passphrase leaked into the logs");
+    assert!(
+        logs.contains("rec"),
+        "the Pulumi output should name the resource:\n{logs}"
+    );
+    assert!(
+        !logs.contains(TEST_PASSPHRASE),
+        "the passphrase leaked into the logs"
+    );
 
     // Nothing of the stack runs any more.
     let pods: Api<Pod> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
-    wait_until(Duration::from_secs(30), "no running pod of the stack", || async {
-        let list = pods.list(&ListParams::default().labels("pulumi.com/stack-name=app")).await.unwrap();
-        list.items.iter().all(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Running" | "Pending")))
-    })
+    wait_until(
+        Duration::from_secs(30),
+        "no running pod of the stack",
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels("pulumi.com/stack-name=app"))
+                .await
+                .unwrap();
+            list.items.iter().all(|p| {
+                !matches!(
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Running" | "Pending")
+                )
+            })
+        },
+    )
     .await;
     // The Job spec carries only references to secrets.
     let jobs: Api<Job> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
     let job = serde_json::to_string(&jobs.get(&update).await.unwrap()).unwrap();
     assert!(!job.contains(TEST_PASSPHRASE));
     let events = kubectl(&["-n", f.ns(), "get", "events", "-o", "json"]);
-    assert!(events.contains("StackUpdateDetected") && events.contains("StackCreated"), "{events}");
+    assert!(
+        events.contains("StackUpdateDetected") && events.contains("StackCreated"),
+        "{events}"
+    );
     assert!(!events.contains(TEST_PASSPHRASE) && !events.contains("top-secret-output-9d1"));
 }
 
@@ -180,14 +243,34 @@ async fn commit_pinned_stack_becomes_ready_with_outputs_and_logs() {
 async fn branch_tracking_follows_pushed_commits() {
     let f = Fixture::new("branch").await;
     let first = f.repo.commit(&[("Pulumi.yaml", PROGRAM)], "v1");
-    f.sn.ns.apply(&f.stack_yaml("app", "branch: main\n  resyncFrequencySeconds: 3", ""));
+    f.sn.ns
+        .apply(&f.stack_yaml("app", "branch: main\n  resyncFrequencySeconds: 3", ""));
     let s = f.wait_stack("app", "the first deployment", ready).await;
-    assert_eq!(s.status.unwrap().last_update.unwrap().last_successful_commit.as_deref(), Some(first.as_str()));
-    let second = f.repo.commit(&[("Pulumi.yaml", &PROGRAM.replace("default: hello", "default: hello again"))], "v2");
+    assert_eq!(
+        s.status
+            .unwrap()
+            .last_update
+            .unwrap()
+            .last_successful_commit
+            .as_deref(),
+        Some(first.as_str())
+    );
+    let second = f.repo.commit(
+        &[(
+            "Pulumi.yaml",
+            &PROGRAM.replace("default: hello", "default: hello again"),
+        )],
+        "v2",
+    );
     let started = Instant::now();
     let s = f
         .wait_stack("app", "the pushed commit to be deployed", |s| {
-            s.status.as_ref().and_then(|x| x.last_update.as_ref()).and_then(|l| l.last_successful_commit.clone()).as_deref() == Some(second.as_str())
+            s.status
+                .as_ref()
+                .and_then(|x| x.last_update.as_ref())
+                .and_then(|l| l.last_successful_commit.clone())
+                .as_deref()
+                == Some(second.as_str())
         })
         .await;
     eprintln!("new commit deployed {:?} after the push", started.elapsed());
@@ -200,39 +283,71 @@ async fn branch_tracking_follows_pushed_commits() {
 async fn failures_back_off_then_stall_and_a_fix_recovers() {
     let f = Fixture::new("failing").await;
     f.repo.commit(&[("Pulumi.yaml", FAILING)], "broken");
-    f.sn.ns.apply(&f.stack_yaml("app", "branch: main\n  resyncFrequencySeconds: 3", ""));
+    f.sn.ns
+        .apply(&f.stack_yaml("app", "branch: main\n  resyncFrequencySeconds: 3", ""));
     let mut seen: Vec<(i64, Instant)> = Vec::new();
     let stacks = f.stacks();
     let deadline = Instant::now() + Duration::from_secs(240);
     loop {
         let s = stacks.get("app").await.unwrap();
-        let failures = s.status.as_ref().and_then(|x| x.last_update.as_ref()).and_then(|l| l.failures).unwrap_or(0);
+        let failures = s
+            .status
+            .as_ref()
+            .and_then(|x| x.last_update.as_ref())
+            .and_then(|l| l.failures)
+            .unwrap_or(0);
         if failures > 0 && seen.last().map(|l| l.0) != Some(failures) {
             seen.push((failures, Instant::now()));
         }
         if condition(&s, "Stalled").is_some_and(|(st, r)| st == "True" && r == "UpdateFailed") {
             break;
         }
-        assert!(Instant::now() < deadline, "never stalled; failures seen: {seen:?}");
+        assert!(
+            Instant::now() < deadline,
+            "never stalled; failures seen: {seen:?}"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let counts: Vec<i64> = seen.iter().map(|s| s.0).collect();
     assert_eq!(counts, [1, 2, 3], "each failure is counted once");
     let gap1 = seen[1].1 - seen[0].1;
     let gap2 = seen[2].1 - seen[1].1;
-    assert!(gap1 >= Duration::from_secs(10), "first retry after {gap1:?}, expected ≥ 10 s");
-    assert!(gap2 >= Duration::from_secs(30) && gap2 > gap1, "second retry after {gap2:?}, expected ≥ 30 s");
+    assert!(
+        gap1 >= Duration::from_secs(10),
+        "first retry after {gap1:?}, expected ≥ 10 s"
+    );
+    assert!(
+        gap2 >= Duration::from_secs(30) && gap2 > gap1,
+        "second retry after {gap2:?}, expected ≥ 30 s"
+    );
     let s = f.stack("app").await;
     let last = s.status.as_ref().unwrap().last_update.clone().unwrap();
-    assert!(last.message.unwrap_or_default().contains("fails on purpose"));
+    assert!(last
+        .message
+        .unwrap_or_default()
+        .contains("fails on purpose"));
     // Stalled means no more attempts.
     let jobs_before = stack_jobs(&f, "app").len();
     tokio::time::sleep(Duration::from_secs(8)).await;
-    assert_eq!(stack_jobs(&f, "app").len(), jobs_before, "a stalled stack must not retry");
+    assert_eq!(
+        stack_jobs(&f, "app").len(),
+        jobs_before,
+        "a stalled stack must not retry"
+    );
 
     let fix = f.repo.commit(&[("Pulumi.yaml", PROGRAM)], "fixed");
-    let s = f.wait_stack("app", "the fixing commit to make it Ready", ready).await;
-    assert_eq!(s.status.unwrap().last_update.unwrap().last_successful_commit.as_deref(), Some(fix.as_str()));
+    let s = f
+        .wait_stack("app", "the fixing commit to make it Ready", ready)
+        .await;
+    assert_eq!(
+        s.status
+            .unwrap()
+            .last_update
+            .unwrap()
+            .last_successful_commit
+            .as_deref(),
+        Some(fix.as_str())
+    );
 }
 
 /// d) A new reconciliation-request value runs the stack again at once.
@@ -240,16 +355,34 @@ async fn failures_back_off_then_stall_and_a_fix_recovers() {
 async fn reconciliation_request_runs_again_at_once() {
     let f = Fixture::new("request").await;
     let sha = f.repo.commit(&[("Pulumi.yaml", PROGRAM)], "v1");
-    f.sn.ns.apply(&f.stack_yaml("app", &format!("commit: {sha}"), ""));
+    f.sn.ns
+        .apply(&f.stack_yaml("app", &format!("commit: {sha}"), ""));
     let first = last_update_name(&f.wait_stack("app", "Ready", ready).await);
-    kubectl(&["-n", f.ns(), "annotate", "stack", "app", "pulumi.com/reconciliation-request=now-1", "--overwrite"]);
+    kubectl(&[
+        "-n",
+        f.ns(),
+        "annotate",
+        "stack",
+        "app",
+        "pulumi.com/reconciliation-request=now-1",
+        "--overwrite",
+    ]);
     let s = f
         .wait_stack("app", "a run for the request", |s| {
-            ready(s) && s.status.as_ref().and_then(|x| x.last_update.as_ref()).and_then(|l| l.reconcile_request.clone()).as_deref() == Some("now-1")
+            ready(s)
+                && s.status
+                    .as_ref()
+                    .and_then(|x| x.last_update.as_ref())
+                    .and_then(|l| l.reconcile_request.clone())
+                    .as_deref()
+                    == Some("now-1")
         })
         .await;
     assert_ne!(last_update_name(&s), first);
-    assert_eq!(s.status.unwrap().observed_reconcile_request.as_deref(), Some("now-1"));
+    assert_eq!(
+        s.status.unwrap().observed_reconcile_request.as_deref(),
+        Some("now-1")
+    );
 }
 
 /// e) Deleting a destroyOnFinalize Stack destroys its resources and removes the finalizer.
@@ -257,23 +390,49 @@ async fn reconciliation_request_runs_again_at_once() {
 async fn destroy_on_finalize_destroys_and_releases_the_stack() {
     let f = Fixture::new("destroy").await;
     let sha = f.repo.commit(&[("Pulumi.yaml", PROGRAM)], "v1");
-    f.sn.ns.apply(&f.stack_yaml("app", &format!("commit: {sha}"), "  destroyOnFinalize: true\n"));
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        "  destroyOnFinalize: true\n",
+    ));
     let s = f.wait_stack("app", "Ready", ready).await;
-    assert!(s.metadata.finalizers.unwrap_or_default().contains(&"finalizer.stack.pulumi.com".to_string()));
+    assert!(s
+        .metadata
+        .finalizers
+        .unwrap_or_default()
+        .contains(&"finalizer.stack.pulumi.com".to_string()));
     let state = f.sn.backend_dir.join(".pulumi/stacks/e2e/dev.json");
     let before = std::fs::read_to_string(&state).unwrap();
     assert!(before.contains("standin:index:Record"), "{before}");
     kubectl(&["-n", f.ns(), "delete", "stack", "app", "--wait=false"]);
     let stacks = f.stacks();
-    wait_until(T, "the stack to be gone", || async { stacks.get_opt("app").await.unwrap().is_none() }).await;
+    wait_until(T, "the stack to be gone", || async {
+        stacks.get_opt("app").await.unwrap().is_none()
+    })
+    .await;
     let after = std::fs::read_to_string(&state).unwrap();
-    assert!(!after.contains("standin:index:Record"), "resources left after destroy:\n{after}");
+    assert!(
+        !after.contains("standin:index:Record"),
+        "resources left after destroy:\n{after}"
+    );
 }
 
 fn lock_files(f: &Fixture) -> usize {
     let dir = f.sn.backend_dir.join(".pulumi/locks");
     fn count(p: &std::path::Path) -> usize {
-        std::fs::read_dir(p).map(|rd| rd.flatten().map(|e| if e.path().is_dir() { count(&e.path()) } else { 1 }).sum()).unwrap_or(0)
+        std::fs::read_dir(p)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| {
+                        if e.path().is_dir() {
+                            count(&e.path())
+                        } else {
+                            1
+                        }
+                    })
+                    .sum()
+            })
+            .unwrap_or(0)
     }
     count(&dir)
 }
@@ -281,11 +440,19 @@ fn lock_files(f: &Fixture) -> usize {
 async fn running_runner_pod(f: &Fixture) -> Pod {
     let pods: Api<Pod> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
     wait_for(T, "the pulumi container to run", || async {
-        let list = pods.list(&ListParams::default().labels("pulumi.com/stack-name=app")).await.ok()?;
+        let list = pods
+            .list(&ListParams::default().labels("pulumi.com/stack-name=app"))
+            .await
+            .ok()?;
         list.items.into_iter().find(|p| {
-            p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).is_some_and(|cs| {
-                cs.iter().any(|c| c.name == "pulumi" && c.state.as_ref().is_some_and(|s| s.running.is_some()))
-            })
+            p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c.name == "pulumi" && c.state.as_ref().is_some_and(|s| s.running.is_some())
+                    })
+                })
         })
     })
     .await
@@ -297,20 +464,45 @@ async fn running_runner_pod(f: &Fixture) -> Pod {
 async fn deleting_the_runner_pod_mid_update_leaves_no_lock() {
     let f = Fixture::new("podkill").await;
     let sha = f.repo.commit(&[("Pulumi.yaml", &sleeping(8))], "slow");
-    f.sn.ns.apply(&f.stack_yaml("app", &format!("commit: {sha}"), ""));
+    f.sn.ns
+        .apply(&f.stack_yaml("app", &format!("commit: {sha}"), ""));
     let pod = running_runner_pod(&f).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    kubectl(&["-n", f.ns(), "delete", "pod", pod.metadata.name.as_deref().unwrap(), "--wait=false"]);
+    kubectl(&[
+        "-n",
+        f.ns(),
+        "delete",
+        "pod",
+        pod.metadata.name.as_deref().unwrap(),
+        "--wait=false",
+    ]);
     let s = f
         .wait_stack("app", "the interrupted update to be recorded", |s| {
-            s.status.as_ref().and_then(|x| x.last_update.as_ref()).and_then(|l| l.state.clone()).map(|x| x.as_str().to_string()).as_deref() == Some("failed")
+            s.status
+                .as_ref()
+                .and_then(|x| x.last_update.as_ref())
+                .and_then(|l| l.state.clone())
+                .map(|x| x.as_str().to_string())
+                .as_deref()
+                == Some("failed")
         })
         .await;
     let last = s.status.unwrap().last_update.unwrap();
     let message = last.message.unwrap_or_default();
     assert!(!message.is_empty(), "the failure has a reason");
-    let updates = kubectl(&["-n", f.ns(), "get", "update", last.name.as_deref().unwrap(), "-o", "jsonpath={.status.conditions[?(@.type==\"Failed\")].reason}"]);
-    assert!(!updates.is_empty(), "the Update's Failed condition has a reason");
+    let updates = kubectl(&[
+        "-n",
+        f.ns(),
+        "get",
+        "update",
+        last.name.as_deref().unwrap(),
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"Failed\")].reason}",
+    ]);
+    assert!(
+        !updates.is_empty(),
+        "the Update's Failed condition has a reason"
+    );
     assert_eq!(lock_files(&f), 0, "the stack was left locked");
     let s = f.wait_stack("app", "the retry to succeed", ready).await;
     assert_eq!(s.status.unwrap().outputs.unwrap()["value"], "rested");
@@ -321,10 +513,21 @@ async fn deleting_the_runner_pod_mid_update_leaves_no_lock() {
 async fn operator_restart_mid_update_reattaches() {
     let f = Fixture::new("opkill").await;
     let sha = f.repo.commit(&[("Pulumi.yaml", &sleeping(10))], "slow");
-    f.sn.ns.apply(&f.stack_yaml("app", &format!("commit: {sha}"), ""));
+    f.sn.ns
+        .apply(&f.stack_yaml("app", &format!("commit: {sha}"), ""));
     running_runner_pod(&f).await;
-    kubectl(&["-n", "pulumi-operator", "delete", "pod", "-l", "app.kubernetes.io/name=pulumi-operator", "--wait=false"]);
-    let s = f.wait_stack("app", "Ready after the operator restart", ready).await;
+    kubectl(&[
+        "-n",
+        "pulumi-operator",
+        "delete",
+        "pod",
+        "-l",
+        "app.kubernetes.io/name=pulumi-operator",
+        "--wait=false",
+    ]);
+    let s = f
+        .wait_stack("app", "Ready after the operator restart", ready)
+        .await;
     assert_eq!(stack_jobs(&f, "app").len(), 1, "exactly one Job ran");
     assert_eq!(s.status.unwrap().outputs.unwrap()["value"], "rested");
 }

@@ -232,7 +232,14 @@ pub async fn install_operator() {
             let dir = dir.to_string_lossy().into_owned();
             kubectl(&["apply", "--server-side", "--force-conflicts", "-k", &dir]);
             // Tests may use short resync periods (PKO's floor is 60 s).
-            kubectl(&["-n", OPERATOR_NAMESPACE, "set", "env", "deployment/pulumi-operator", "MIN_RESYNC_SECONDS=1"]);
+            kubectl(&[
+                "-n",
+                OPERATOR_NAMESPACE,
+                "set",
+                "env",
+                "deployment/pulumi-operator",
+                "MIN_RESYNC_SECONDS=1",
+            ]);
             kubectl(&[
                 "-n",
                 OPERATOR_NAMESPACE,
@@ -263,11 +270,22 @@ pub struct GitRepo {
 fn git(dir: &std::path::Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .current_dir(dir)
-        .args(["-c", "user.name=e2e", "-c", "user.email=e2e@example.com", "-c", "init.defaultBranch=main"])
+        .args([
+            "-c",
+            "user.name=e2e",
+            "-c",
+            "user.email=e2e@example.com",
+            "-c",
+            "init.defaultBranch=main",
+        ])
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("running git: {e}"));
-    assert!(out.status.success(), "git {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -283,7 +301,15 @@ impl GitRepo {
         git(&bare, &["config", "http.receivepack", "false"]);
         std::fs::create_dir_all(&work).expect("work dir");
         git(&work, &["init", "-q", "-b", "main"]);
-        git(&work, &["remote", "add", "origin", bare.to_str().expect("utf-8 path")]);
+        git(
+            &work,
+            &[
+                "remote",
+                "add",
+                "origin",
+                bare.to_str().expect("utf-8 path"),
+            ],
+        );
         GitRepo { bare, work }
     }
 
@@ -324,9 +350,14 @@ impl GitServer {
             .unwrap_or_else(|e| panic!("starting {}: {e}", script.display()));
         let stdout = child.stdout.take().expect("stdout");
         let mut first = String::new();
-        std::io::BufReader::new(stdout).read_line(&mut first).expect("server's first line");
+        std::io::BufReader::new(stdout)
+            .read_line(&mut first)
+            .expect("server's first line");
         let url = first.trim().to_string();
-        assert!(url.starts_with("http://"), "unexpected first line from the git server: {first:?}");
+        assert!(
+            url.starts_with("http://"),
+            "unexpected first line from the git server: {first:?}"
+        );
         GitServer { url, child }
     }
 }
@@ -356,7 +387,8 @@ impl StackNamespace {
         let backend_dir = std::env::temp_dir().join(format!("pulumi-state-{}", ns.name));
         std::fs::create_dir_all(&backend_dir).expect("backend dir");
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&backend_dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        std::fs::set_permissions(&backend_dir, std::fs::Permissions::from_mode(0o777))
+            .expect("chmod");
         ns.apply(&format!(
             r#"
 apiVersion: v1
@@ -377,6 +409,10 @@ stringData: {{passphrase: {TEST_PASSPHRASE}}}
             ns = ns.name
         ));
         let backend_url = format!("file://{}", backend_dir.display());
-        StackNamespace { ns, backend_dir, backend_url }
+        StackNamespace {
+            ns,
+            backend_dir,
+            backend_url,
+        }
     }
 }
