@@ -112,6 +112,29 @@ fn git_fetch_checks_out_exactly_the_commit() {
     w.run("fetch", &p, &[]).assert_ok();
     assert_eq!(head_of_checkout(&w), b);
 
+    // A tag, and a full reference name.
+    git(&repo.work, &["tag", "v1", &a]);
+    git(
+        &repo.work,
+        &["push", "-q", repo.bare.to_str().unwrap(), "v1"],
+    );
+    let p = plan(
+        Operation::Up,
+        Some(git_source(&url, None, Some("v1"), true)),
+    );
+    w.run("fetch", &p, &[]).assert_ok();
+    assert_eq!(head_of_checkout(&w), a);
+    let p = plan(
+        Operation::Up,
+        Some(git_source(&url, None, Some("refs/heads/main"), false)),
+    );
+    w.run("fetch", &p, &[]).assert_ok();
+    assert_eq!(head_of_checkout(&w), b);
+    // Neither: the remote's default branch.
+    let p = plan(Operation::Up, Some(git_source(&url, None, None, false)));
+    w.run("fetch", &p, &[]).assert_ok();
+    assert_eq!(head_of_checkout(&w), b);
+
     // A plain path works too.
     let p = plan(
         Operation::Up,
