@@ -184,6 +184,30 @@ pub async fn run(scope: Scope, shutdown: CancellationToken) {
 
 type Running = futures::future::BoxFuture<'static, ()>;
 
+/// One watch feeding one store and several consumers: every consumer sees an object only
+/// after the store has it, so a reconcile never reads an older version than its trigger.
+fn shared<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    consumers: usize,
+) -> (Store<K>, Vec<reflector::ReflectHandle<K>>, Running)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store_shared(1024);
+    // A store made by store_shared always hands out subscriptions.
+    let subscribers = (0..consumers).filter_map(|_| writer.subscribe()).collect();
+    let driver = watcher(api, cfg)
+        .default_backoff()
+        .modify(|o| {
+            o.managed_fields_mut().clear();
+        })
+        .reflect_shared(writer)
+        .for_each(|_| async {})
+        .boxed();
+    (reader, subscribers, driver)
+}
+
 fn run_in(
     scope: &Scope,
     ns: Option<&str>,
@@ -200,16 +224,32 @@ fn run_in(
 
     let (jobs, job_events) = reflect(api::<Job>(client, ns), ours());
     let (pods, pod_events) = reflect(api::<Pod>(client, ns), ours());
-    let (workspaces, workspace_events) = reflect(api::<Workspace>(client, ns), wc());
+    let (updates, mut update_subs, update_driver) = shared(api::<Update>(client, ns), wc(), 2);
+    let (programs, mut program_subs, program_driver) = shared(api::<Program>(client, ns), wc(), 2);
+    let (workspaces, mut workspace_subs, workspace_driver) =
+        shared(api::<Workspace>(client, ns), wc(), 2);
+    let (
+        Some(update_primary),
+        Some(update_owned),
+        Some(program_primary),
+        Some(program_users),
+        Some(ws_primary),
+        Some(ws_users),
+    ) = (
+        update_subs.pop(),
+        update_subs.pop(),
+        program_subs.pop(),
+        program_subs.pop(),
+        workspace_subs.pop(),
+        workspace_subs.pop(),
+    )
+    else {
+        tracing::error!("shared watch streams gave no subscription; controllers not started");
+        return (Vec::new(), reflector::store().0, programs);
+    };
 
-    let program_ctrl =
-        Controller::new(api::<Program>(client, ns), wc()).with_config(config.clone());
-    let programs = program_ctrl.store();
-    let update_ctrl = Controller::new(api::<Update>(client, ns), wc()).with_config(config.clone());
-    let updates = update_ctrl.store();
     let stack_ctrl = Controller::new(api::<Stack>(client, ns), wc()).with_config(config.clone());
     let stacks = stack_ctrl.store();
-
     let ctx = Arc::new(Context::new(
         client.clone(),
         scope.config.clone(),
@@ -217,7 +257,7 @@ fn run_in(
         Stores {
             updates: updates.clone(),
             programs: programs.clone(),
-            workspaces,
+            workspaces: workspaces.clone(),
             jobs,
             pods,
         },
@@ -225,10 +265,10 @@ fn run_in(
 
     // Program changes re-run the Stacks that use them.
     let stacks_for_programs = stacks.clone();
-    let program_triggers = reflect(api::<Program>(client, ns), wc())
-        .1
-        .flat_map(move |p| {
-            let refs: Vec<ObjectRef<Stack>> = stacks_for_programs
+    let stack_run = stack_ctrl
+        .owns_shared_stream(update_owned)
+        .watches_shared_stream(program_users, move |p: Arc<Program>| {
+            stacks_for_programs
                 .state()
                 .iter()
                 .filter(|s| {
@@ -239,12 +279,8 @@ fn run_in(
                             .is_some_and(|r| r.name == p.name_any())
                 })
                 .map(|s| ObjectRef::from(s.as_ref()))
-                .collect();
-            futures::stream::iter(refs)
-        });
-    let stack_run = stack_ctrl
-        .owns(api::<Update>(client, ns), wc())
-        .reconcile_on(program_triggers)
+                .collect::<Vec<_>>()
+        })
         .graceful_shutdown_on(cancelled(shutdown.clone()))
         .run(
             |o, c| instrumented("stack", o, c, stack::reconcile),
@@ -261,23 +297,22 @@ fn run_in(
     let job_triggers = job_events.filter_map(move |j: Job| async move { by_label(&j) });
     let pod_triggers = pod_events.filter_map(move |p: Pod| async move { by_label(&p) });
     let updates_for_workspaces = updates.clone();
-    let workspace_triggers = workspace_events.flat_map(move |w: Workspace| {
-        let refs: Vec<ObjectRef<Update>> = updates_for_workspaces
-            .state()
-            .iter()
-            .filter(|u| {
-                u.namespace() == w.namespace()
-                    && u.spec.workspace_name.as_deref() == Some(w.name_any().as_str())
-            })
-            .filter(|u| !crate::stack::status::update_complete(u))
-            .map(|u| ObjectRef::from(u.as_ref()))
-            .collect();
-        futures::stream::iter(refs)
-    });
-    let update_run = update_ctrl
+    let update_run = Controller::for_shared_stream(update_primary, updates)
+        .with_config(config.clone())
         .reconcile_on(job_triggers)
         .reconcile_on(pod_triggers)
-        .reconcile_on(workspace_triggers)
+        .watches_shared_stream(ws_users, move |w: Arc<Workspace>| {
+            updates_for_workspaces
+                .state()
+                .iter()
+                .filter(|u| {
+                    u.namespace() == w.namespace()
+                        && u.spec.workspace_name.as_deref() == Some(w.name_any().as_str())
+                })
+                .filter(|u| !crate::stack::status::update_complete(u))
+                .map(|u| ObjectRef::from(u.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .graceful_shutdown_on(cancelled(shutdown.clone()))
         .run(
             |o, c| instrumented("update", o, c, update::reconcile),
@@ -287,7 +322,7 @@ fn run_in(
         .for_each(|_| async {})
         .boxed();
 
-    let workspace_run = Controller::new(api::<Workspace>(client, ns), wc())
+    let workspace_run = Controller::for_shared_stream(ws_primary, workspaces)
         .with_config(config.clone())
         .graceful_shutdown_on(cancelled(shutdown.clone()))
         .run(
@@ -298,8 +333,9 @@ fn run_in(
         .for_each(|_| async {})
         .boxed();
 
-    let program_run = program_ctrl
-        .graceful_shutdown_on(cancelled(shutdown))
+    let program_run = Controller::for_shared_stream(program_primary, programs.clone())
+        .with_config(config)
+        .graceful_shutdown_on(cancelled(shutdown.clone()))
         .run(
             |o, c| instrumented("program", o, c, program::reconcile),
             error_policy::<Program>("program"),
@@ -307,8 +343,18 @@ fn run_in(
         )
         .for_each(|_| async {})
         .boxed();
+
+    // The watch drivers end with the controllers.
+    let drivers = futures::future::join_all([update_driver, program_driver, workspace_driver]);
+    let drivers = async move {
+        tokio::select! {
+            _ = drivers => {}
+            _ = shutdown.cancelled() => {}
+        }
+    }
+    .boxed();
     (
-        vec![stack_run, update_run, workspace_run, program_run],
+        vec![stack_run, update_run, workspace_run, program_run, drivers],
         stacks,
         programs,
     )

@@ -7,7 +7,7 @@ use crate::controller::program::render_project;
 use crate::error::{Error, Result};
 use crate::stack::objects::PROGRAM_SCHEME;
 use crate::update::job::{build_job, build_plan, build_plan_secret, job_labels, JobConfig};
-use crate::update::status::{progress, status_for, Progress, STUCK_AFTER_SECONDS};
+use crate::update::status::{progress, should_stop_job, status_for, Progress, STUCK_AFTER_SECONDS};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -88,14 +88,8 @@ fn completed_at(update: &Update) -> Option<Time> {
 async fn finished(update: &Update, ctx: &Context, ns: &str) -> Result<Action> {
     let name = update.name_any();
     if let Some(job) = ctx.stores.jobs.get(&ObjectRef::new(&name).within(ns)) {
-        let active = job.status.as_ref().and_then(|s| s.active).unwrap_or(0);
-        let parallelism = job.spec.as_ref().and_then(|s| s.parallelism).unwrap_or(1);
-        if active > 0 && parallelism > 0 {
-            // Kubernetes 1.20 replaces a deleted Job pod; the operation is over, so no new pod.
-            let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
-            let patch = serde_json::json!({"spec": {"parallelism": 0}});
-            jobs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
+        if job.status.as_ref().and_then(|s| s.active).unwrap_or(0) > 0 {
+            stop_job(ctx, ns, &job).await?;
         }
     }
     let Some(ttl) = update
@@ -135,6 +129,24 @@ async fn finished(update: &Update, ctx: &Context, ns: &str) -> Result<Action> {
         return Ok(Action::await_change());
     }
     Ok(Action::requeue(ttl - age + Duration::from_secs(1)))
+}
+
+/// Tells a Job to start no further pod (Kubernetes 1.20 replaces a deleted Job pod at once;
+/// the operation is over) and stops the ones it still runs.
+async fn stop_job(ctx: &Context, ns: &str, job: &Job) -> Result<()> {
+    if job.spec.as_ref().and_then(|s| s.parallelism) == Some(0) {
+        return Ok(());
+    }
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let patch = serde_json::json!({"spec": {"parallelism": 0}});
+    jobs.patch(
+        &job.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    info!(job = %job.name_any(), "job stopped: no further pod");
+    Ok(())
 }
 
 pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action> {
@@ -271,6 +283,9 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         .as_ref()
         .and_then(|j| j.status.as_ref())
         .and_then(|s| s.start_time.clone());
+    if let Some(job) = job.as_deref().filter(|j| should_stop_job(j, &pod_refs)) {
+        stop_job(&ctx, &ns, job).await?;
+    }
     let progress = progress(job.as_deref(), &pod_refs, now.0);
     let status = status_for(&update, &progress, start, &now);
     let changed = status != before;

@@ -65,9 +65,12 @@ fn elapsed(
     since: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     now: jiff::Timestamp,
 ) -> Duration {
+    // Status times have whole-second precision: one second is taken off so that a wait
+    // never ends early.
     since
         .map(|t| now.duration_since(t.0))
         .and_then(|d| Duration::try_from(d).ok())
+        .map(|d| d.saturating_sub(Duration::from_secs(1)))
         .unwrap_or(Duration::MAX)
 }
 
@@ -305,10 +308,10 @@ mod tests {
         assert_eq!(
             decide(&s, Some(&recent), &obs("a"), &Limits::default()),
             Decision::Synced {
-                requeue: Some(Duration::from_secs(50))
+                requeue: Some(Duration::from_secs(51))
             }
         );
-        let old = last(StackUpdateStateMessage::Succeeded, "a", 0, 61);
+        let old = last(StackUpdateStateMessage::Succeeded, "a", 0, 62);
         assert_eq!(
             reason(decide(&s, Some(&old), &obs("a"), &Limits::default())),
             "Resync time elapsed: 1m1s"
@@ -335,8 +338,16 @@ mod tests {
         assert_eq!(
             decide(&s, Some(&cooling), &obs("a"), &l),
             Decision::Synced {
-                requeue: Some(Duration::from_secs(25))
+                requeue: Some(Duration::from_secs(26))
             }
+        );
+        let early = last(StackUpdateStateMessage::Failed, "a", 2, 30);
+        assert!(
+            matches!(
+                decide(&s, Some(&early), &obs("a"), &l),
+                Decision::Synced { .. }
+            ),
+            "a retry never comes early"
         );
         let due = last(StackUpdateStateMessage::Failed, "a", 2, 31);
         assert_eq!(

@@ -154,26 +154,38 @@ pub fn pod_progress(pod: &Pod, now: jiff::Timestamp) -> Progress {
     }
 }
 
-/// The progress of an Update from its Job and the Job's pods.
+/// Whether a pod still runs (or may still run) processes.
+fn pod_busy(pod: &Pod) -> bool {
+    !matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// The progress of an Update from its Job and the Job's pods. An outcome is final only once
+/// no pod of the Job runs any more: Kubernetes 1.20 starts a replacement pod as soon as one is
+/// being deleted, and the next operation must not start while an interrupted Pulumi still
+/// holds the stack's lock.
 pub fn progress(job: Option<&Job>, pods: &[&Pod], now: jiff::Timestamp) -> Progress {
     let Some(job) = job else {
         return Progress::Running {
             message: "creating the Job".into(),
         };
     };
-    let newest = pods
+    let mut pods: Vec<&Pod> = pods.to_vec();
+    pods.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
+    let outcomes: Vec<Progress> = pods.iter().map(|p| pod_progress(p, now)).collect();
+    let busy = pods
         .iter()
-        .max_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
-    let from_pod = newest.map(|p| pod_progress(p, now));
-    if let Some(p @ (Progress::Succeeded { .. } | Progress::Failed { .. })) = &from_pod {
-        return p.clone();
-    }
-    let failed = job
+        .zip(&outcomes)
+        .find(|(p, o)| matches!(o, Progress::Running { .. }) && pod_busy(p))
+        .map(|(p, _)| *p);
+    let job_failed = job
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .and_then(|c| c.iter().find(|c| c.type_ == "Failed" && c.status == "True"));
-    if let Some(c) = failed {
+    let job_outcome = job_failed.map(|c| {
         let reason = c.reason.clone().unwrap_or_else(|| "JobFailed".into());
         let message = match reason.as_str() {
             "DeadlineExceeded" => format!(
@@ -182,16 +194,38 @@ pub fn progress(job: Option<&Job>, pods: &[&Pod], now: jiff::Timestamp) -> Progr
             ),
             _ => c.message.clone().unwrap_or_else(|| format!("the Job failed: {reason}")),
         };
-        return Progress::Failed {
-            reason,
-            message,
-            result: None,
-            end: c.last_transition_time.clone(),
-        };
+        Progress::Failed { reason, message, result: None, end: c.last_transition_time.clone() }
+    });
+    let deadline = job_outcome
+        .as_ref()
+        .filter(|o| matches!(o, Progress::Failed { reason, .. } if reason == "DeadlineExceeded"));
+    let first_finished = outcomes
+        .iter()
+        .find(|o| !matches!(o, Progress::Running { .. }));
+    let outcome = deadline.or(first_finished).or(job_outcome.as_ref());
+    match (outcome, busy) {
+        (Some(_), Some(pod)) => Progress::Running {
+            message: format!(
+                "the operation ended; waiting for pod {} to stop",
+                pod.metadata.name.as_deref().unwrap_or_default()
+            ),
+        },
+        (Some(o), None) => o.clone(),
+        (None, _) => outcomes.last().cloned().unwrap_or(Progress::Running {
+            message: "waiting for the Job's pod".into(),
+        }),
     }
-    from_pod.unwrap_or(Progress::Running {
-        message: "waiting for the Job's pod".into(),
-    })
+}
+
+/// Whether the Job must be told to start no further pod: one of its pods is being deleted or
+/// has failed, so the operation is over (Kubernetes 1.20 would replace the pod).
+pub fn should_stop_job(job: &Job, pods: &[&Pod]) -> bool {
+    let parallelism = job.spec.as_ref().and_then(|s| s.parallelism).unwrap_or(1);
+    parallelism > 0
+        && pods.iter().any(|p| {
+            p.metadata.deletion_timestamp.is_some()
+                || p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
+        })
 }
 
 fn cond(
@@ -468,6 +502,39 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_replacement_pod_keeps_the_update_open_until_it_stops() {
+        let interrupted = RunResult::failed(FailureReason::Interrupted, "interrupted");
+        let mut original = pod(
+            json!({"phase": "Failed", "containerStatuses": [terminated("pulumi", 1, "Error", &interrupted.to_termination_message())]}),
+        );
+        original.metadata.deletion_timestamp = Some(Time(now()));
+        let mut replacement = pod(
+            json!({"phase": "Pending", "initContainerStatuses": [{"name": "fetch", "image": "i", "imageID": "",
+            "ready": false, "restartCount": 0, "state": {"running": {}}}]}),
+        );
+        replacement.metadata.creation_timestamp =
+            Some(Time("2026-01-01T00:00:05Z".parse().unwrap()));
+        replacement.metadata.name = Some("u-def".into());
+        let j = job(json!([]));
+        assert!(should_stop_job(&j, &[&original, &replacement]));
+        match progress(Some(&j), &[&original, &replacement], now()) {
+            Progress::Running { message } => assert!(message.contains("u-def"), "{message}"),
+            other => panic!("{other:?}"),
+        }
+        // Once the replacement has stopped too, the original's result stands.
+        let stopped = pod(
+            json!({"phase": "Failed", "initContainerStatuses": [terminated("fetch", 143, "Error", "")]}),
+        );
+        match progress(Some(&j), &[&original, &stopped], now()) {
+            Progress::Failed { reason, .. } => assert_eq!(reason, "Interrupted"),
+            other => panic!("{other:?}"),
+        }
+        let mut stopped_job = j.clone();
+        stopped_job.spec.as_mut().unwrap().parallelism = Some(0);
+        assert!(!should_stop_job(&stopped_job, &[&original]));
     }
 
     #[test]

@@ -342,6 +342,7 @@ impl GitServer {
         let script = repo_root().join("tests/git-http-server.py");
         let mut child = Command::new("python3")
             .arg(&script)
+            .arg("--quiet")
             .arg("--root")
             .arg(root)
             .stdout(std::process::Stdio::piped())
