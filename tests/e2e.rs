@@ -236,6 +236,19 @@ async fn commit_pinned_stack_becomes_ready_with_outputs_and_logs() {
         "{events}"
     );
     assert!(!events.contains(TEST_PASSPHRASE) && !events.contains("top-secret-output-9d1"));
+    let operator_logs = kubectl(&[
+        "-n",
+        "pulumi-operator",
+        "logs",
+        "deployment/pulumi-operator",
+        "--all-containers",
+    ]);
+    assert!(
+        !operator_logs.contains(TEST_PASSPHRASE)
+            && !operator_logs.contains("top-secret-output-9d1")
+    );
+    let status = kubectl(&["-n", f.ns(), "get", "stack,update", "-o", "json"]);
+    assert!(!status.contains(TEST_PASSPHRASE) && !status.contains("top-secret-output-9d1"));
 }
 
 /// b) Branch tracking: a pushed commit produces a new Update within the resync interval.

@@ -196,10 +196,17 @@ apiVersion: auto.pulumi.com/v1alpha1
 kind: Update
 metadata: {name: upd}
 spec: {workspaceName: ws, stackName: dev, type: preview}
+---
+# Refers to a Program that does not exist: it stalls (SourceUnavailable) and runs nothing.
+apiVersion: pulumi.com/v1
+kind: Stack
+metadata: {name: stk}
+spec: {stack: dev, programRef: {name: missing}}
 "#,
     );
     let listed = ns.kubectl(&["get", "pulumi", "-o", "name"]);
     for kind in [
+        "stack.pulumi.com/stk",
         "program.pulumi.com/prog",
         "workspace.auto.pulumi.com/ws",
         "update.auto.pulumi.com/upd",
