@@ -265,7 +265,33 @@ fn run_in(
 
     // Program changes re-run the Stacks that use them.
     let stacks_for_programs = stacks.clone();
+    // A new Flux artifact re-runs the Stacks that use the source.
+    let stacks_for_flux = stacks.clone();
+    let flux_triggers =
+        futures::stream::select_all(crate::source::flux::FLUX_SOURCE_KINDS.map(|kind| {
+            crate::source::flux::events(client.clone(), ns.map(str::to_string), kind).boxed()
+        }))
+        .flat_map(move |obj| {
+            let kind = obj
+                .types
+                .as_ref()
+                .map(|t| t.kind.clone())
+                .unwrap_or_default();
+            let refs: Vec<ObjectRef<Stack>> = stacks_for_flux
+                .state()
+                .iter()
+                .filter(|s| {
+                    s.namespace() == obj.namespace()
+                        && s.spec.flux_source.as_ref().is_some_and(|f| {
+                            f.source_ref.kind == kind && f.source_ref.name == obj.name_any()
+                        })
+                })
+                .map(|s| ObjectRef::from(s.as_ref()))
+                .collect();
+            futures::stream::iter(refs)
+        });
     let stack_run = stack_ctrl
+        .reconcile_on(flux_triggers)
         .owns_shared_stream(update_owned)
         .watches_shared_stream(program_users, move |p: Arc<Program>| {
             stacks_for_programs

@@ -1,6 +1,7 @@
 //! Where a Stack's program comes from, resolved to a revision: a pinned commit, the head of a
 //! branch (ls-remote), a Program's content digest, or a Flux source's artifact.
 
+pub mod flux;
 pub mod git;
 
 use crate::controller::program::{digest, render_project};
@@ -61,8 +62,7 @@ pub async fn resolve(
                 None => (String::new(), r.api_version.clone()),
             };
             let gvk = GroupVersionKind::gvk(&group, &version, &r.kind);
-            let plural = format!("{}s", r.kind.to_lowercase());
-            let resource = ApiResource::from_gvk_with_plural(&gvk, &plural);
+            let resource = ApiResource::from_gvk(&gvk);
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
             let obj = match api.get_opt(&r.name).await {
                 Ok(Some(o)) => o,
@@ -77,6 +77,13 @@ pub async fn resolve(
                     "could not resolve sourceRef: the kind {} ({}) is not installed in the cluster",
                     r.kind, r.api_version
                 )))
+                }
+                Err(kube::Error::Api(e)) if e.code == 403 => {
+                    return Err(SourceError(format!(
+                        "could not resolve sourceRef: the operator may not read {} objects (group {group}); \
+                         grant its ClusterRole get, list and watch on them",
+                        r.kind
+                    )))
                 }
                 Err(e) => return Err(SourceError(format!("could not resolve sourceRef: {e}"))),
             };

@@ -417,3 +417,50 @@ stringData: {{passphrase: {TEST_PASSPHRASE}}}
         }
     }
 }
+
+/// A loopback HTTP server for files in a directory (plays Flux's source-controller artifact
+/// endpoint); stops with the test process.
+pub struct FileServer {
+    pub url: String,
+}
+
+impl FileServer {
+    pub fn start(dir: PathBuf) -> FileServer {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                let mut buf = [0u8; 4096];
+                let n = stream.read(&mut buf).unwrap_or(0);
+                let request = String::from_utf8_lossy(&buf[..n]);
+                let path = request
+                    .split_whitespace()
+                    .nth(1)
+                    .unwrap_or("/")
+                    .trim_start_matches('/')
+                    .to_string();
+                let file = dir.join(path.replace("..", ""));
+                let response = match std::fs::read(&file) {
+                    Ok(body) => {
+                        let mut r = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/gzip\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                            body.len()
+                        )
+                        .into_bytes();
+                        r.extend(body);
+                        r
+                    }
+                    Err(_) => {
+                        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                            .to_vec()
+                    }
+                };
+                let _ = stream.write_all(&response);
+            }
+        });
+        FileServer {
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+}
