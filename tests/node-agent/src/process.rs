@@ -61,10 +61,29 @@ fn check(rc: libc::c_int) -> std::io::Result<()> {
 
 pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
     ensure_targets(&spec.mounts)?;
+    // Sources are opened before any mount and bound through /proc/self/fd: a volume mounted
+    // over an ancestor of a later source (e.g. an emptyDir at /tmp while the state directory
+    // lives under /tmp) would otherwise hide that source.
+    let sources: Vec<std::fs::File> = spec
+        .mounts
+        .iter()
+        .map(|m| {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+                .open(&m.source)
+        })
+        .collect::<std::io::Result<_>>()?;
     let binds: Vec<(CString, CString, bool)> = spec
         .mounts
         .iter()
-        .map(|m| Ok((cstr(&m.source)?, cstr(&m.target)?, m.read_only)))
+        .zip(&sources)
+        .map(|(m, f)| {
+            use std::os::fd::AsRawFd;
+            let via_fd = PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()));
+            Ok((cstr(&via_fd)?, cstr(&m.target)?, m.read_only))
+        })
         .collect::<std::io::Result<_>>()?;
     // Every ancestor of the working directory, so that it can be created after the mounts
     // (it often lies inside a volume).
@@ -147,6 +166,7 @@ pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
             .open(&spec.log_path)?,
     ));
     let mut child = cmd.spawn()?;
+    drop(sources);
     let pid = child.id().map(|p| p as i32).unwrap_or(-1);
     let mut log_tasks = Vec::new();
     if let Some(out) = child.stdout.take() {

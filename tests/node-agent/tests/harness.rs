@@ -492,3 +492,31 @@ spec:
         "{message}"
     );
 }
+
+/// A volume mounted over a directory that holds the agent's own state (here: the parent of
+/// the checkout, where `.local-cluster` lives) must not hide the files the agent binds into
+/// the container afterwards (the termination-message file).
+#[tokio::test]
+async fn volume_over_the_agents_state_directory_does_not_break_the_container() {
+    let ns = TestNamespace::new("shadow").await;
+    let root = test_support::repo_root();
+    let parent = root.parent().unwrap_or(&root).display().to_string();
+    ns.apply(&format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: shadow}}
+spec:
+  restartPolicy: Never
+  volumes: [{{name: scratch, emptyDir: {{}}}}, {{name: tmp, emptyDir: {{}}}}]
+  containers:
+  - name: main
+    image: busybox
+    volumeMounts: [{{name: scratch, mountPath: "{parent}"}}, {{name: tmp, mountPath: /tmp}}]
+    command: [sh, -c, 'echo -n shadowed-ok > /dev/termination-log']
+"#
+    ));
+    let t = terminated(&terminated_pod(&ns, "shadow").await);
+    assert_eq!(t.exit_code, 0, "{t:?}");
+    assert_eq!(t.message.as_deref(), Some("shadowed-ok"));
+}
