@@ -81,6 +81,10 @@ impl Runner {
         for (k, v) in BASE_ENV {
             cmd.env(k, v);
         }
+        // What user init containers wrote to $PULUMI_ENV; never logged (it may hold secrets).
+        for (k, v) in crate::dotenv::load() {
+            cmd.env(k, v);
+        }
         for (k, v) in &inv.env {
             cmd.env(k, v);
         }
