@@ -1,0 +1,207 @@
+//! SSH credentials for gitoxide, which runs the `ssh` program (OpenSSH) for `ssh://` and
+//! `user@host:path` URLs. Everything ssh needs is written into a private temporary directory
+//! (mode 0700; files 0600) and named by an `ssh_config` file, so that the command gitoxide runs
+//! is `ssh -F <dir>/config` — the key never appears in a process argument or the environment of
+//! the ssh process:
+//!
+//! - `id`: the private key (OpenSSH or PEM format);
+//! - `known_hosts`: the `known_hosts` key of the credentials Secret when it has one — then the
+//!   server's host key must match it (`StrictHostKeyChecking yes`); otherwise the file starts
+//!   empty and the host key is accepted on first use (`StrictHostKeyChecking accept-new`), which
+//!   protects against nothing on a first connection: set `known_hosts` in production;
+//! - `passphrase` and `askpass`: when the key has a passphrase, ssh reads it through
+//!   `SSH_ASKPASS` (a two-line shell script that prints the file; OpenSSH ≥ 8.4 with
+//!   `SSH_ASKPASS_REQUIRE=force`).
+//!
+//! gitoxide runs the command through `/bin/sh` (it has arguments), so both `sh` and `ssh` must
+//! be installed where this runs. Dropping [`SshFiles`] removes the directory.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+pub struct SshFiles {
+    dir: tempfile::TempDir,
+    command: String,
+}
+
+impl std::fmt::Debug for SshFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SshFiles({})", self.dir.path().display())
+    }
+}
+
+fn write_private(path: &Path, contents: &[u8], mode: u32) -> Result<(), String> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    f.write_all(contents)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// A path for a single-quoted shell word and a double-quoted ssh_config value.
+fn quotable(path: &Path) -> Result<String, String> {
+    let s = path
+        .to_str()
+        .ok_or_else(|| format!("{} is not UTF-8", path.display()))?;
+    if s.contains(['\'', '"', '\\', '\n']) {
+        return Err(format!(
+            "the temporary directory {s:?} has a quote in its path; set TMPDIR"
+        ));
+    }
+    Ok(s.to_string())
+}
+
+/// OpenSSH wants LF line ends and a final newline in key files.
+fn normalize(text: &str) -> String {
+    let mut t = text.replace("\r\n", "\n").trim().to_string();
+    t.push('\n');
+    t
+}
+
+impl SshFiles {
+    pub fn new(
+        private_key: &str,
+        passphrase: Option<&str>,
+        known_hosts: Option<&str>,
+    ) -> Result<SshFiles, String> {
+        if !private_key.contains("PRIVATE KEY-----") {
+            return Err(
+                "the SSH private key is not a PEM or OpenSSH private key (it should start with \
+                 -----BEGIN … PRIVATE KEY-----)"
+                    .into(),
+            );
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix("git-ssh-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir()
+            .map_err(|e| {
+                format!(
+                    "cannot create a temporary directory for the SSH key in {}: {e}",
+                    std::env::temp_dir().display()
+                )
+            })?;
+        let root = dir.path();
+        let p = |name: &str| -> Result<String, String> { quotable(&root.join(name)) };
+        write_private(&root.join("id"), normalize(private_key).as_bytes(), 0o600)?;
+        let strict = match known_hosts.map(str::trim).filter(|k| !k.is_empty()) {
+            Some(k) => {
+                write_private(&root.join("known_hosts"), normalize(k).as_bytes(), 0o600)?;
+                "yes"
+            }
+            None => {
+                write_private(&root.join("known_hosts"), b"", 0o600)?;
+                "accept-new"
+            }
+        };
+        let passphrase = passphrase.filter(|p| !p.is_empty());
+        let mut command = String::new();
+        if let Some(pass) = passphrase {
+            write_private(&root.join("passphrase"), pass.as_bytes(), 0o600)?;
+            let script = format!("#!/bin/sh\nexec cat '{}'\n", p("passphrase")?);
+            write_private(&root.join("askpass"), script.as_bytes(), 0o700)?;
+            command.push_str(&format!(
+                "SSH_ASKPASS='{}' SSH_ASKPASS_REQUIRE=force ",
+                p("askpass")?
+            ));
+        }
+        let config = format!(
+            "# One git operation's SSH settings (pulumi-gitauth); removed afterwards.\n\
+             Host *\n\
+             \x20 IdentityFile \"{id}\"\n\
+             \x20 IdentitiesOnly yes\n\
+             \x20 IdentityAgent none\n\
+             \x20 UserKnownHostsFile \"{known}\"\n\
+             \x20 GlobalKnownHostsFile /dev/null\n\
+             \x20 StrictHostKeyChecking {strict}\n\
+             \x20 HashKnownHosts no\n\
+             \x20 UpdateHostKeys no\n\
+             \x20 PreferredAuthentications publickey\n\
+             \x20 PasswordAuthentication no\n\
+             \x20 KbdInteractiveAuthentication no\n\
+             \x20 BatchMode {batch}\n\
+             \x20 ConnectTimeout 30\n\
+             \x20 ServerAliveInterval 15\n\
+             \x20 ServerAliveCountMax 4\n\
+             \x20 LogLevel ERROR\n",
+            id = p("id")?,
+            known = p("known_hosts")?,
+            batch = if passphrase.is_some() { "no" } else { "yes" },
+        );
+        write_private(&root.join("config"), config.as_bytes(), 0o600)?;
+        command.push_str(&format!("ssh -F '{}'", p("config")?));
+        Ok(SshFiles { dir, command })
+    }
+
+    /// The command for `core.sshCommand` (run through `sh`).
+    pub fn command(&self) -> &str {
+        &self.command
+    }
+
+    pub fn dir(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    const KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----\r\nAAAAsecretbody\r\n-----END OPENSSH PRIVATE KEY-----";
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn files_are_private_and_the_command_names_no_secret() {
+        let f = SshFiles::new(KEY, None, Some("h ssh-ed25519 AAAAhost")).unwrap();
+        let dir = f.dir();
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join("id")), 0o600);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("id")).unwrap(),
+            "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAAsecretbody\n-----END OPENSSH PRIVATE KEY-----\n"
+        );
+        let config = std::fs::read_to_string(dir.join("config")).unwrap();
+        assert!(config.contains("StrictHostKeyChecking yes"), "{config}");
+        assert!(config.contains("BatchMode yes"), "{config}");
+        assert!(!f.command().contains("secretbody"));
+        assert_eq!(f.command(), format!("ssh -F '{}/config'", dir.display()));
+        drop(f);
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn passphrase_goes_through_askpass_and_unknown_hosts_are_accepted_new() {
+        let f = SshFiles::new(KEY, Some("pass phrase!"), None).unwrap();
+        let dir = f.dir();
+        let config = std::fs::read_to_string(dir.join("config")).unwrap();
+        assert!(
+            config.contains("StrictHostKeyChecking accept-new"),
+            "{config}"
+        );
+        assert!(config.contains("BatchMode no"), "{config}");
+        assert_eq!(mode(&dir.join("askpass")), 0o700);
+        assert_eq!(mode(&dir.join("passphrase")), 0o600);
+        assert!(f.command().starts_with("SSH_ASKPASS='"));
+        assert!(!f.command().contains("pass phrase"));
+        let out = std::process::Command::new(dir.join("askpass"))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "pass phrase!");
+    }
+
+    #[test]
+    fn not_a_key_is_refused_without_echoing_it() {
+        let e = SshFiles::new("hunter2", None, None).unwrap_err();
+        assert!(e.contains("not a PEM or OpenSSH private key"), "{e}");
+        assert!(!e.contains("hunter2"));
+    }
+}
