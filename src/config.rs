@@ -76,6 +76,11 @@ pub struct Config {
     #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = 25)]
     pub concurrency: u16,
 
+    /// How many finished Updates (with their Jobs and Secrets) are kept per Stack; older ones
+    /// are deleted even before their `ttlAfterCompleted`.
+    #[arg(long, env = "UPDATE_HISTORY_LIMIT", default_value_t = 5)]
+    pub update_history_limit: usize,
+
     /// The shortest allowed `resyncFrequencySeconds` (PKO's floor is 60). Lower it for tests only.
     #[arg(long, env = "MIN_RESYNC_SECONDS", default_value_t = 60)]
     pub min_resync_seconds: u64,

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::Client;
-use pulumi_operator_api::{Program, Update, Workspace};
+use pulumi_operator_api::{Program, Stack, Update, Workspace};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -16,6 +16,7 @@ pub const FIELD_MANAGER: &str = "pulumi-operator";
 /// Watch caches the reconciles read from (never a GET in the hot path).
 #[derive(Clone)]
 pub struct Stores {
+    pub stacks: Store<Stack>,
     pub updates: Store<Update>,
     pub programs: Store<Program>,
     pub workspaces: Store<Workspace>,

@@ -9,9 +9,7 @@ use kube::api::ListParams;
 use kube::Api;
 use pulumi_operator_api::Stack;
 use std::time::{Duration, Instant};
-use test_support::{
-    kubectl, wait_for, wait_until, GitRepo, GitServer, StackNamespace, TEST_PASSPHRASE,
-};
+use test_support::{kubectl, wait_for, wait_until, StackFixture, TEST_PASSPHRASE};
 
 const T: Duration = Duration::from_secs(120);
 
@@ -47,83 +45,7 @@ fn sleeping(seconds: u32) -> String {
     )
 }
 
-struct Fixture {
-    sn: StackNamespace,
-    repo: GitRepo,
-    server: GitServer,
-    _root: TempDir,
-}
-
-struct TempDir(std::path::PathBuf);
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-impl Fixture {
-    async fn new(prefix: &str) -> Fixture {
-        let sn = StackNamespace::new(prefix).await;
-        let root = std::env::temp_dir().join(format!("e2e-git-{}", sn.ns.name));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(&root).unwrap();
-        let repo = GitRepo::new(&root, "app");
-        let server = GitServer::start(&root);
-        Fixture {
-            sn,
-            repo,
-            server,
-            _root: TempDir(root),
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("{}/app.git", self.server.url)
-    }
-
-    fn ns(&self) -> &str {
-        &self.sn.ns.name
-    }
-
-    /// A Stack manifest in PKO's shape; `source` holds `commit:` or `branch:` lines.
-    fn stack_yaml(&self, name: &str, source: &str, extra: &str) -> String {
-        format!(
-            r#"apiVersion: pulumi.com/v1
-kind: Stack
-metadata:
-  name: {name}
-spec:
-  stack: dev
-  projectRepo: {url}
-  {source}
-  backend: {backend}
-  serviceAccountName: pulumi
-  envRefs:
-    PULUMI_CONFIG_PASSPHRASE:
-      type: Secret
-      secret: {{name: passphrase, key: passphrase}}
-{extra}"#,
-            url = self.url(),
-            backend = self.sn.backend_url,
-        )
-    }
-
-    fn stacks(&self) -> Api<Stack> {
-        Api::namespaced(self.sn.ns.client.clone(), self.ns())
-    }
-
-    async fn stack(&self, name: &str) -> Stack {
-        self.stacks().get(name).await.unwrap()
-    }
-
-    async fn wait_stack(&self, name: &str, what: &str, check: impl Fn(&Stack) -> bool) -> Stack {
-        let stacks = self.stacks();
-        wait_for(T, what, || async {
-            stacks.get(name).await.ok().filter(|s| check(s))
-        })
-        .await
-    }
-}
+type Fixture = StackFixture;
 
 fn condition(s: &Stack, kind: &str) -> Option<(String, String)> {
     s.status

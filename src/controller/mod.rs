@@ -248,13 +248,19 @@ fn run_in(
         return (Vec::new(), reflector::store().0, programs);
     };
 
-    let stack_ctrl = Controller::new(api::<Stack>(client, ns), wc()).with_config(config.clone());
-    let stacks = stack_ctrl.store();
+    let (stacks, mut stack_subs, stack_driver) = shared(api::<Stack>(client, ns), wc(), 2);
+    let (Some(stack_primary), Some(stack_dependents)) = (stack_subs.pop(), stack_subs.pop()) else {
+        tracing::error!("shared watch streams gave no subscription; controllers not started");
+        return (Vec::new(), stacks, programs);
+    };
+    let stack_ctrl =
+        Controller::for_shared_stream(stack_primary, stacks.clone()).with_config(config.clone());
     let ctx = Arc::new(Context::new(
         client.clone(),
         scope.config.clone(),
         scope.metrics.clone(),
         Stores {
+            stacks: stacks.clone(),
             updates: updates.clone(),
             programs: programs.clone(),
             workspaces: workspaces.clone(),
@@ -290,7 +296,24 @@ fn run_in(
                 .collect();
             futures::stream::iter(refs)
         });
+    // A Stack that changes (e.g. becomes Ready) lets the Stacks that need it go on.
+    let stacks_for_dependents = stacks.clone();
     let stack_run = stack_ctrl
+        .watches_shared_stream(stack_dependents, move |p: Arc<Stack>| {
+            stacks_for_dependents
+                .state()
+                .iter()
+                .filter(|s| {
+                    s.namespace() == p.namespace()
+                        && s.spec
+                            .prerequisites
+                            .iter()
+                            .flatten()
+                            .any(|r| r.name == p.name_any())
+                })
+                .map(|s| ObjectRef::from(s.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .reconcile_on(flux_triggers)
         .owns_shared_stream(update_owned)
         .watches_shared_stream(program_users, move |p: Arc<Program>| {
@@ -371,7 +394,12 @@ fn run_in(
         .boxed();
 
     // The watch drivers end with the controllers.
-    let drivers = futures::future::join_all([update_driver, program_driver, workspace_driver]);
+    let drivers = futures::future::join_all([
+        stack_driver,
+        update_driver,
+        program_driver,
+        workspace_driver,
+    ]);
     let drivers = async move {
         tokio::select! {
             _ = drivers => {}

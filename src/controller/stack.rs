@@ -8,6 +8,7 @@ use crate::metrics::{StackLabels, UpdateLabels};
 use crate::source::{self, SourceError};
 use crate::stack::decide::{decide, Decision, Limits, Observed};
 use crate::stack::objects::{build_update, build_workspace, ResolvedSource};
+use crate::stack::prereq;
 use crate::stack::status::{self, absorb, mark_reconciling, mark_result, mark_stalled};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -250,6 +251,7 @@ pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
                     read_outputs(&ctx, &ns, &u).await
                 };
                 absorb(&mut status, &u, outputs, &now);
+                prune_history(&ctx, &stack, &ns, &status).await;
                 record_finished_update(&ctx, &u);
                 if status::update_failed(&u) {
                     let msg = u
@@ -309,7 +311,21 @@ pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
         return Ok(Action::await_change());
     }
 
-    let source = match source::resolve(&stack, &ctx.client, &ctx.stores.programs).await {
+    // Destroy without the source (pko-reference §3.5): the recorded project is enough, so a
+    // deleted repository, Program or Flux source cannot block the deletion.
+    let bypass = deleting
+        && stack.spec.destroy_on_finalize
+        && !stack.spec.preview
+        && !stack.spec.run_program;
+    let recorded = status.project_info.clone().filter(|_| bypass);
+    let resolved = match recorded {
+        Some(p) => Ok(ResolvedSource::ProjectInfo {
+            name: p.name,
+            runtime: p.runtime,
+        }),
+        None => source::resolve(&stack, &ctx.client, &ctx.stores.programs).await,
+    };
+    let source = match resolved {
         Ok(s) => s,
         Err(SourceError(message)) => {
             warn!(%message, "source unavailable");
@@ -347,7 +363,13 @@ pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
     let limits = Limits {
         min_resync: Duration::from_secs(ctx.config.min_resync_seconds),
     };
-    let action = match decide(&stack.spec, Some(&status), &observed, &limits) {
+    let decision = decide(&stack.spec, Some(&status), &observed, &limits);
+    // Prerequisites are checked only when an operation is due, and not for a destroy.
+    let problems = match &decision {
+        Decision::Run { .. } if !deleting => prerequisites_ready(&ctx, &stack, &ns, &now).await?,
+        _ => Vec::new(),
+    };
+    let action = match decision {
         Decision::Synced { requeue } => {
             mark_result(&mut status, generation, &now);
             if deleting {
@@ -361,6 +383,18 @@ pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
             requeue
                 .map(Action::requeue)
                 .unwrap_or_else(Action::await_change)
+        }
+        Decision::Run { reason, .. } if !problems.is_empty() => {
+            let message = prereq::message(&problems);
+            info!(%message, %reason, "waiting for prerequisites");
+            mark_reconciling(
+                &mut status,
+                names::REASON_PREREQUISITE_NOT_SATISFIED,
+                &message,
+                generation,
+                &now,
+            );
+            Action::await_change()
         }
         Decision::Run { kind, reason } => {
             // Names derive from the status as this reconcile sees it (after absorbing).
@@ -396,6 +430,82 @@ pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
     }
     update_metrics(&ctx, &stack, &status);
     Ok(action)
+}
+
+/// Unsatisfied prerequisites (none: the stack may run). Out-of-date ones are asked to run
+/// again with the annotation `pulumi.com/reconciliation-request: after-<their last update>`.
+async fn prerequisites_ready(
+    ctx: &Context,
+    stack: &Stack,
+    ns: &str,
+    now: &Time,
+) -> Result<Vec<(String, prereq::Unsatisfied)>> {
+    let mut problems = Vec::new();
+    for requirement in stack.spec.prerequisites.iter().flatten() {
+        let other = ctx
+            .stores
+            .stacks
+            .get(&ObjectRef::new(&requirement.name).within(ns));
+        let Some(why) = prereq::check(requirement, other.as_deref(), now.0) else {
+            continue;
+        };
+        if let (prereq::Unsatisfied::OutOfDate { last_update }, Some(other)) = (&why, &other) {
+            let value = prereq::rerun_request(last_update);
+            if other
+                .annotations()
+                .get(names::RECONCILIATION_REQUEST_ANNOTATION)
+                != Some(&value)
+            {
+                let api: Api<Stack> = Api::namespaced(ctx.client.clone(), ns);
+                let patch = serde_json::json!({
+                    "apiVersion": "pulumi.com/v1", "kind": "Stack",
+                    "metadata": {"name": requirement.name, "annotations": {names::RECONCILIATION_REQUEST_ANNOTATION: value}},
+                });
+                let params = PatchParams::apply(names::FIELD_MANAGER_PREREQUISITE_REQUEST).force();
+                api.patch(&requirement.name, &params, &Patch::Apply(&patch))
+                    .await?;
+                info!(prerequisite = %requirement.name, "asked an out-of-date prerequisite to run again");
+            }
+        }
+        problems.push((requirement.name.clone(), why));
+    }
+    Ok(problems)
+}
+
+/// Deletes finished Updates beyond the history limit (their Jobs and Secrets go with them).
+async fn prune_history(ctx: &Context, stack: &Stack, ns: &str, status: &StackStatus) {
+    let name = stack.name_any();
+    let mine: Vec<Arc<Update>> = ctx
+        .stores
+        .updates
+        .state()
+        .into_iter()
+        .filter(|u| {
+            u.namespace().as_deref() == Some(ns)
+                && u.labels().get(names::STACK_NAME_LABEL) == Some(&name)
+        })
+        .collect();
+    let refs: Vec<&Update> = mine.iter().map(|u| u.as_ref()).collect();
+    let last = status
+        .last_update
+        .as_ref()
+        .and_then(|l| l.name.clone())
+        .unwrap_or_default();
+    let current = status
+        .current_update
+        .as_ref()
+        .and_then(|c| c.name.clone())
+        .unwrap_or_default();
+    let api: Api<Update> = Api::namespaced(ctx.client.clone(), ns);
+    for old in prereq::prune(&refs, ctx.config.update_history_limit, &[&last, &current]) {
+        match api
+            .delete(&old, &kube::api::DeleteParams::background())
+            .await
+        {
+            Ok(_) => info!(update = %old, "deleted an old update (history limit)"),
+            Err(e) => warn!(update = %old, "cannot delete an old update: {e}"),
+        }
+    }
 }
 
 /// Applies the Workspace (the Job template) and creates the Update. An Update that already

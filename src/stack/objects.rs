@@ -44,6 +44,12 @@ pub enum ResolvedSource {
         dir: Option<String>,
         revision: String,
     },
+    /// Destroy without the source: a minimal Pulumi.yaml from the recorded project
+    /// (`status.projectInfo`), so a deleted repository, Program or Flux source cannot block it.
+    ProjectInfo {
+        name: String,
+        runtime: String,
+    },
     None,
 }
 
@@ -54,6 +60,7 @@ impl ResolvedSource {
             ResolvedSource::Git { commit, .. } => commit,
             ResolvedSource::Program { digest, .. } => digest,
             ResolvedSource::Flux { revision, .. } => revision,
+            ResolvedSource::ProjectInfo { .. } => "",
             ResolvedSource::None => "",
         }
     }
@@ -229,6 +236,8 @@ pub fn build_workspace(stack: &Stack, source: &ResolvedSource) -> Workspace {
                 git_ref: Some(commit.clone()),
                 dir: dir.clone(),
                 shallow: *shallow,
+                // Secret references only; the Job's fetch container gets them as GIT_* env.
+                auth: crate::source::auth::workspace_git_auth(&spec.git),
                 ..Default::default()
             }),
             None,
@@ -254,7 +263,7 @@ pub fn build_workspace(stack: &Stack, source: &ResolvedSource) -> Workspace {
                 dir: dir.clone(),
             }),
         ),
-        ResolvedSource::None => (None, None),
+        ResolvedSource::ProjectInfo { .. } | ResolvedSource::None => (None, None),
     };
 
     let pod_template = (!volumes.is_empty()).then(|| {
@@ -280,6 +289,12 @@ pub fn build_workspace(stack: &Stack, source: &ResolvedSource) -> Workspace {
         }]),
         ..Default::default()
     };
+    if let ResolvedSource::ProjectInfo { name, runtime } = source {
+        ws_spec.project_info = Some(pulumi_operator_api::ProjectInfo {
+            name: name.clone(),
+            runtime: runtime.clone(),
+        });
+    }
     let mut metadata = ObjectMeta {
         name: Some(name.clone()),
         namespace: stack.namespace(),
@@ -300,6 +315,12 @@ pub fn build_workspace(stack: &Stack, source: &ResolvedSource) -> Workspace {
                 metadata.annotations = Some(a.clone());
             }
         }
+    }
+    if let Some((k, v)) = crate::source::auth::workspace_annotations(stack) {
+        metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(k, v);
     }
     Workspace {
         metadata,

@@ -464,3 +464,88 @@ impl FileServer {
         }
     }
 }
+
+/// A test namespace with a git repository served on loopback and helpers to apply and
+/// watch Stacks that use it.
+pub struct StackFixture {
+    pub sn: StackNamespace,
+    pub repo: GitRepo,
+    pub server: GitServer,
+    _root: TempDir,
+}
+
+pub struct TempDir(std::path::PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl StackFixture {
+    pub async fn new(prefix: &str) -> StackFixture {
+        let sn = StackNamespace::new(prefix).await;
+        let root = std::env::temp_dir().join(format!("e2e-git-{}", sn.ns.name));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let repo = GitRepo::new(&root, "app");
+        let server = GitServer::start(&root);
+        StackFixture {
+            sn,
+            repo,
+            server,
+            _root: TempDir(root),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("{}/app.git", self.server.url)
+    }
+
+    pub fn ns(&self) -> &str {
+        &self.sn.ns.name
+    }
+
+    /// A Stack manifest in PKO's shape; `source` holds `commit:` or `branch:` lines.
+    pub fn stack_yaml(&self, name: &str, source: &str, extra: &str) -> String {
+        format!(
+            r#"apiVersion: pulumi.com/v1
+kind: Stack
+metadata:
+  name: {name}
+spec:
+  stack: dev
+  projectRepo: {url}
+  {source}
+  backend: {backend}
+  serviceAccountName: pulumi
+  envRefs:
+    PULUMI_CONFIG_PASSPHRASE:
+      type: Secret
+      secret: {{name: passphrase, key: passphrase}}
+{extra}"#,
+            url = self.url(),
+            backend = self.sn.backend_url,
+        )
+    }
+
+    pub fn stacks(&self) -> Api<pulumi_operator_api::Stack> {
+        Api::namespaced(self.sn.ns.client.clone(), self.ns())
+    }
+
+    pub async fn stack(&self, name: &str) -> pulumi_operator_api::Stack {
+        self.stacks().get(name).await.unwrap()
+    }
+
+    pub async fn wait_stack(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&pulumi_operator_api::Stack) -> bool,
+    ) -> pulumi_operator_api::Stack {
+        let stacks = self.stacks();
+        wait_for(Duration::from_secs(120), what, || async {
+            stacks.get(name).await.ok().filter(|s| check(s))
+        })
+        .await
+    }
+}

@@ -1,0 +1,343 @@
+//! The remaining Stack fields, each shown by its effect on the local cluster: prerequisites
+//! (and re-running a stale one), the Update history limit, destroy without the source,
+//! preview, targets, the per-operation deadline, useLocalStackOnly, a raw Update against a
+//! user's Workspace, and $PULUMI_ENV written by a user init container.
+
+use k8s_openapi::api::batch::v1::Job;
+use kube::Api;
+use pulumi_operator_api::Stack;
+use std::time::Duration;
+use test_support::{kubectl, wait_for, wait_until, StackFixture, TEST_PASSPHRASE};
+
+const T: Duration = Duration::from_secs(120);
+
+fn program(resources: &[&str]) -> String {
+    let mut p = String::from("name: e2e\nruntime: yaml\nresources:\n");
+    for r in resources {
+        p.push_str(&format!(
+            "  {r}:\n    type: standin:index:Record\n    properties:\n      value: {r}\n"
+        ));
+    }
+    p
+}
+
+fn state(f: &StackFixture) -> String {
+    std::fs::read_to_string(f.sn.backend_dir.join(".pulumi/stacks/e2e/dev.json"))
+        .unwrap_or_default()
+}
+
+fn ready(s: &Stack) -> bool {
+    s.status
+        .as_ref()
+        .and_then(|x| x.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        && s.status.as_ref().and_then(|x| x.observed_generation) == s.metadata.generation
+}
+
+fn last(s: &Stack) -> pulumi_operator_api::StackUpdateState {
+    s.status
+        .clone()
+        .and_then(|x| x.last_update)
+        .unwrap_or_default()
+}
+
+fn failed(s: &Stack) -> bool {
+    last(s).state.map(|x| x.as_str().to_string()).as_deref() == Some("failed")
+}
+
+fn update_condition(f: &StackFixture, update: &str, kind: &str) -> String {
+    kubectl(&[
+        "-n",
+        f.ns(),
+        "get",
+        "update",
+        update,
+        "-o",
+        &format!("jsonpath={{.status.conditions[?(@.type==\"{kind}\")].reason}}"),
+    ])
+}
+
+#[tokio::test]
+async fn prerequisites_run_first_and_stale_ones_run_again() {
+    let f = StackFixture::new("prereq").await;
+    let sha = f.repo.commit(
+        &[
+            (
+                "net/Pulumi.yaml",
+                &program(&["net"]).replace("name: e2e", "name: net"),
+            ),
+            ("app/Pulumi.yaml", &program(&["app"])),
+        ],
+        "v1",
+    );
+    f.sn.ns.apply(
+        &f.stack_yaml("network", &format!("commit: {sha}\n  repoDir: net"), "")
+            .replace("stack: dev", "stack: net"),
+    );
+    let network = f
+        .wait_stack("network", "the prerequisite Ready", ready)
+        .await;
+    let first_network_update = last(&network).name.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}\n  repoDir: app"),
+        "  prerequisites:\n  - name: network\n    requirement:\n      succeededWithinDuration: 2s\n",
+    ));
+    // The prerequisite is out of date: it is asked to run again, then the dependent runs.
+    let network = f
+        .wait_stack("network", "the stale prerequisite to run again", |s| {
+            ready(s) && last(s).name.as_deref() != Some(first_network_update.as_str())
+        })
+        .await;
+    assert_eq!(
+        network
+            .metadata
+            .annotations
+            .clone()
+            .unwrap_or_default()
+            .get("pulumi.com/reconciliation-request")
+            .map(String::as_str),
+        Some(format!("after-{first_network_update}").as_str())
+    );
+    let app = f.wait_stack("app", "the dependent Ready", ready).await;
+    let app_ran = last(&app).last_resync_time.unwrap().0;
+    let network_ran = last(&network).last_resync_time.unwrap().0;
+    assert!(
+        app_ran >= network_ran,
+        "the dependent ran before its prerequisite"
+    );
+}
+
+#[tokio::test]
+async fn only_the_last_updates_are_kept() {
+    let f = StackFixture::new("history").await;
+    let sha = f.repo.commit(&[("Pulumi.yaml", &program(&["a"]))], "v1");
+    f.sn.ns
+        .apply(&f.stack_yaml("app", &format!("commit: {sha}"), ""));
+    f.wait_stack("app", "Ready", ready).await;
+    for i in 1..=6 {
+        kubectl(&[
+            "-n",
+            f.ns(),
+            "annotate",
+            "stack",
+            "app",
+            &format!("pulumi.com/reconciliation-request=run-{i}"),
+            "--overwrite",
+        ]);
+        let want = format!("run-{i}");
+        f.wait_stack("app", "the requested run", |s| {
+            ready(s) && last(s).reconcile_request.as_deref() == Some(want.as_str())
+        })
+        .await;
+    }
+    let updates: Api<pulumi_operator_api::Update> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
+    wait_until(
+        Duration::from_secs(30),
+        "at most 5 Updates kept",
+        || async {
+            updates
+                .list(&Default::default())
+                .await
+                .map(|l| l.items.len() <= 5)
+                .unwrap_or(false)
+        },
+    )
+    .await;
+    let jobs = kubectl(&["-n", f.ns(), "get", "jobs", "-o", "name"]);
+    assert!(jobs.lines().count() <= 5, "{jobs}");
+}
+
+#[tokio::test]
+async fn destroy_works_after_the_source_is_gone() {
+    let f = StackFixture::new("nosource").await;
+    let sha = f.repo.commit(&[("Pulumi.yaml", &program(&["a"]))], "v1");
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        "  destroyOnFinalize: true\n",
+    ));
+    let s = f.wait_stack("app", "Ready", ready).await;
+    assert_eq!(s.status.unwrap().project_info.unwrap().name, "e2e");
+    assert!(state(&f).contains("standin:index:Record"));
+    std::fs::remove_dir_all(&f.repo.bare).unwrap();
+    kubectl(&["-n", f.ns(), "delete", "stack", "app", "--wait=false"]);
+    let stacks = f.stacks();
+    wait_until(T, "the stack to be destroyed and gone", || async {
+        stacks.get_opt("app").await.unwrap().is_none()
+    })
+    .await;
+    assert!(!state(&f).contains("standin:index:Record"), "{}", state(&f));
+}
+
+#[tokio::test]
+async fn preview_changes_nothing_and_targets_limit_the_update() {
+    let f = StackFixture::new("preview").await;
+    let sha = f
+        .repo
+        .commit(&[("Pulumi.yaml", &program(&["a", "b"]))], "v1");
+    f.sn.ns
+        .apply(&f.stack_yaml("app", &format!("commit: {sha}"), "  preview: true\n"));
+    let s = f.wait_stack("app", "the preview Ready", ready).await;
+    assert_eq!(
+        last(&s)
+            .update_type
+            .map(|t| t.as_str().to_string())
+            .as_deref(),
+        Some("preview")
+    );
+    assert!(
+        !state(&f).contains("standin:index:Record"),
+        "a preview created resources"
+    );
+    let logs = kubectl(&[
+        "-n",
+        f.ns(),
+        "logs",
+        &format!("job/{}", last(&s).name.unwrap()),
+    ]);
+    assert!(logs.contains("preview"), "{logs}");
+
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        "  targets:\n  - \"urn:pulumi:dev::e2e::standin:index:Record::a\"\n",
+    ));
+    let s = f
+        .wait_stack("app", "the targeted update Ready", |s| {
+            ready(s)
+                && last(s)
+                    .update_type
+                    .map(|t| t.as_str().to_string())
+                    .as_deref()
+                    == Some("up")
+        })
+        .await;
+    let st = state(&f);
+    assert!(st.contains("standin:index:Record::a"), "{st}");
+    assert!(
+        !st.contains("standin:index:Record::b"),
+        "a resource outside the targets was created: {st}"
+    );
+    // The Job's shape: PKO's grace period and a default ephemeral-storage request.
+    let jobs: Api<Job> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
+    let job = serde_json::to_value(jobs.get(&last(&s).name.unwrap()).await.unwrap()).unwrap();
+    let pod = &job["spec"]["template"]["spec"];
+    assert_eq!(pod["terminationGracePeriodSeconds"], 600);
+    assert!(pod["containers"][0]["resources"]["requests"]["ephemeral-storage"].is_string());
+}
+
+#[tokio::test]
+async fn an_operation_past_its_deadline_fails_with_deadline_exceeded() {
+    let f = StackFixture::new("deadline").await;
+    let slow = "name: e2e\nruntime: yaml\nresources:\n  nap:\n    type: standin:index:Sleep\n    properties:\n      seconds: 15\n";
+    let sha = f.repo.commit(&[("Pulumi.yaml", slow)], "slow");
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        "  operationTimeoutSeconds: 4\n",
+    ));
+    let s = f
+        .wait_stack("app", "the deadline to stop the update", failed)
+        .await;
+    let l = last(&s);
+    assert!(
+        l.message.clone().unwrap_or_default().contains("deadline"),
+        "{:?}",
+        l.message
+    );
+    assert_eq!(
+        update_condition(&f, l.name.as_deref().unwrap(), "Failed"),
+        "DeadlineExceeded"
+    );
+}
+
+#[tokio::test]
+async fn use_local_stack_only_refuses_to_create_the_stack() {
+    let f = StackFixture::new("localonly").await;
+    let sha = f.repo.commit(&[("Pulumi.yaml", &program(&["a"]))], "v1");
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        "  useLocalStackOnly: true\n",
+    ));
+    let s = f.wait_stack("app", "the update to fail", failed).await;
+    assert_eq!(
+        update_condition(&f, last(&s).name.as_deref().unwrap(), "Failed"),
+        "StackNotFound"
+    );
+    assert!(!state(&f).contains("standin:index:Record"));
+}
+
+#[tokio::test]
+async fn a_raw_update_runs_against_a_users_workspace() {
+    let f = StackFixture::new("rawupdate").await;
+    let sha = f.repo.commit(&[("Pulumi.yaml", &program(&["a"]))], "v1");
+    f.sn.ns.apply(&format!(
+        r#"apiVersion: auto.pulumi.com/v1alpha1
+kind: Workspace
+metadata: {{name: mine}}
+spec:
+  serviceAccountName: pulumi
+  git: {{url: "{url}", ref: {sha}}}
+  env:
+  - {{name: PULUMI_BACKEND_URL, value: "{backend}"}}
+  - name: PULUMI_CONFIG_PASSPHRASE
+    valueFrom: {{secretKeyRef: {{name: passphrase, key: passphrase}}}}
+  stacks: [{{name: dev, create: true}}]
+---
+apiVersion: auto.pulumi.com/v1alpha1
+kind: Update
+metadata: {{name: by-hand}}
+spec: {{workspaceName: mine, stackName: dev, type: up}}
+"#,
+        url = f.url(),
+        backend = f.sn.backend_url
+    ));
+    let updates: Api<pulumi_operator_api::Update> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
+    wait_for(T, "the Update to complete", || async {
+        let u = updates.get("by-hand").await.ok()?;
+        let c = u.status?.conditions?;
+        c.iter()
+            .any(|c| c.type_ == "Complete" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(update_condition(&f, "by-hand", "Failed"), "UpdateSucceeded");
+    assert!(state(&f).contains("standin:index:Record"));
+    assert!(kubectl(&["-n", f.ns(), "logs", "job/by-hand"]).contains("created"));
+}
+
+#[tokio::test]
+async fn pulumi_env_written_by_an_init_container_reaches_pulumi() {
+    let f = StackFixture::new("pulumienv").await;
+    let sha = f.repo.commit(&[("Pulumi.yaml", &program(&["a"]))], "v1");
+    // The passphrase comes only through $PULUMI_ENV: without it Pulumi cannot run.
+    let yaml = format!(
+        r#"apiVersion: pulumi.com/v1
+kind: Stack
+metadata: {{name: app}}
+spec:
+  stack: dev
+  projectRepo: {url}
+  commit: {sha}
+  backend: {backend}
+  serviceAccountName: pulumi
+  workspaceTemplate:
+    spec:
+      podTemplate:
+        spec:
+          initContainers:
+          - name: write-env
+            image: busybox
+            command: [sh, -c, 'echo "PULUMI_CONFIG_PASSPHRASE={TEST_PASSPHRASE}" >> "$PULUMI_ENV"']
+            volumeMounts: [{{name: share, mountPath: /share}}]
+"#,
+        url = f.url(),
+        backend = f.sn.backend_url
+    );
+    f.sn.ns.apply(&yaml);
+    f.wait_stack("app", "Ready with the passphrase from $PULUMI_ENV", ready)
+        .await;
+}
