@@ -80,6 +80,12 @@ fn nonempty(v: Option<String>) -> Option<String> {
     v.filter(|s| !s.trim().is_empty())
 }
 
+/// A one-line value (user name, password, token, ID) as stored in a Secret: without the
+/// trailing line break that `echo … > file` or `kubectl create secret --from-file` leave.
+pub fn line(value: &str) -> String {
+    value.trim_end_matches(['\r', '\n']).to_string()
+}
+
 impl Credentials {
     /// A personal access token, as PKO sends it.
     pub fn token(token: impl Into<String>) -> Credentials {
@@ -96,12 +102,12 @@ impl Credentials {
         if let Some(private_key) = get(env::SSH_PRIVATE_KEY) {
             return Ok(Credentials::Ssh {
                 private_key,
-                passphrase: get(env::PASSWORD),
+                passphrase: get(env::PASSWORD).map(|p| line(&p)),
                 known_hosts: get(env::SSH_KNOWN_HOSTS),
             });
         }
         if let Some(token) = get(env::TOKEN) {
-            return Ok(Credentials::token(token));
+            return Ok(Credentials::token(line(&token)));
         }
         let app = [
             env::GITHUB_APP_ID,
@@ -131,7 +137,10 @@ impl Credentials {
             });
         }
         match (get(env::USERNAME), get(env::PASSWORD)) {
-            (Some(username), Some(password)) => Ok(Credentials::Basic { username, password }),
+            (Some(username), Some(password)) => Ok(Credentials::Basic {
+                username: line(&username),
+                password: line(&password),
+            }),
             (Some(_), None) => Err(format!(
                 "{} is set but {} is not",
                 env::USERNAME,

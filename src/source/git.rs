@@ -1,8 +1,15 @@
 //! `git ls-remote` through gitoxide: resolves a branch (or tag) to the commit it points at,
-//! without cloning. Blocking network I/O runs on its own thread, never on a reconcile worker.
+//! without cloning, with the Stack's git credentials (HTTP basic auth, token, GitHub App
+//! installation token, or an SSH key through the `ssh` program). Blocking network I/O runs on
+//! its own thread, never on a reconcile worker, and is abandoned after [`TIMEOUT`].
 
+use pulumi_gitauth::{AuthFlags, Credentials, Session};
 use std::path::PathBuf;
 use std::sync::OnceLock;
+use std::time::Duration;
+
+/// How long one ls-remote may take (including a GitHub App token exchange).
+pub const TIMEOUT: Duration = Duration::from_secs(90);
 
 /// A bare repository used only as a context for anonymous remotes (nothing is fetched into it).
 fn scratch_repo() -> Result<PathBuf, String> {
@@ -24,12 +31,21 @@ fn scratch_repo() -> Result<PathBuf, String> {
 }
 
 /// The commit `reference` (short `main`, `refs/heads/main`, or a tag name) points at on `url`.
-pub fn ls_remote_blocking(url: &str, reference: &str) -> Result<String, String> {
+/// Errors are clear and never contain a credential.
+pub fn ls_remote_blocking(
+    url: &str,
+    reference: &str,
+    credentials: &Credentials,
+) -> Result<String, String> {
+    let session = Session::prepare(credentials, url)?;
+    let shown = session.redact(url);
     let dir = scratch_repo()?;
-    let repo = gix::open(&dir).map_err(|e| format!("opening scratch repository: {e}"))?;
+    let options = gix::open::Options::default().config_overrides(session.config_overrides());
+    let repo =
+        gix::open_opts(&dir, options).map_err(|e| format!("opening scratch repository: {e}"))?;
     let remote = repo
         .remote_at(url)
-        .map_err(|e| format!("invalid repository URL {url:?}: {e}"))?
+        .map_err(|e| session.redact(&format!("invalid repository URL {shown:?}: {e}")))?
         .with_refspecs(
             [
                 "+refs/heads/*:refs/remotes/origin/*",
@@ -38,12 +54,21 @@ pub fn ls_remote_blocking(url: &str, reference: &str) -> Result<String, String> 
             gix::remote::Direction::Fetch,
         )
         .map_err(|e| format!("refspecs: {e}"))?;
-    let connection = remote
+    let flags = AuthFlags::default();
+    let failed = |e: &dyn std::error::Error| {
+        let detail = chain_of(e);
+        match session.explain(&flags, &detail) {
+            Some(explained) => format!("ls-remote {shown}: {explained}"),
+            None => session.redact(&format!("ls-remote {shown}: {detail}")),
+        }
+    };
+    let mut connection = remote
         .connect(gix::remote::Direction::Fetch)
-        .map_err(|e| format!("cannot connect to {url}: {e}"))?;
+        .map_err(|e| failed(&e))?;
+    connection.set_credentials(session.credentials_fn(&flags));
     let (map, _) = connection
         .ref_map(gix::progress::Discard, Default::default())
-        .map_err(|e| format!("ls-remote {url}: {e}"))?;
+        .map_err(|e| failed(&e))?;
     let candidates = [
         reference.to_string(),
         format!("refs/heads/{reference}"),
@@ -59,21 +84,44 @@ pub fn ls_remote_blocking(url: &str, reference: &str) -> Result<String, String> 
             }
         }
     }
-    Err(format!("no commits found for ref {reference:?} in {url}"))
+    Err(format!("no commits found for ref {reference:?} in {shown}"))
 }
 
-/// [`ls_remote_blocking`] on a dedicated thread.
-pub async fn ls_remote(url: &str, reference: &str) -> Result<String, String> {
+fn chain_of(e: &dyn std::error::Error) -> String {
+    let mut parts: Vec<String> = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let t = s.to_string();
+        if !parts.iter().any(|p| p.contains(&t)) {
+            parts.push(t);
+        }
+        cur = s.source();
+    }
+    parts.join(": ")
+}
+
+/// [`ls_remote_blocking`] on a dedicated thread, abandoned after [`TIMEOUT`].
+pub async fn ls_remote(
+    url: &str,
+    reference: &str,
+    credentials: Credentials,
+) -> Result<String, String> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let (url, reference) = (url.to_string(), reference.to_string());
+    let shown = pulumi_gitauth::redact::urls(&url);
     std::thread::Builder::new()
         .name("ls-remote".into())
         .spawn(move || {
-            let _ = tx.send(ls_remote_blocking(&url, &reference));
+            let _ = tx.send(ls_remote_blocking(&url, &reference, &credentials));
         })
         .map_err(|e| format!("cannot start ls-remote: {e}"))?;
-    rx.await
-        .map_err(|_| "ls-remote thread ended without an answer".to_string())?
+    match tokio::time::timeout(TIMEOUT, rx).await {
+        Ok(answer) => answer.map_err(|_| "ls-remote thread ended without an answer".to_string())?,
+        Err(_) => Err(format!(
+            "ls-remote {shown}: no answer within {}s",
+            TIMEOUT.as_secs()
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -134,13 +182,22 @@ mod tests {
         );
         let second = git(&dir, &["rev-parse", "HEAD"]);
         let url = format!("file://{}", dir.display());
-        assert_eq!(ls_remote_blocking(&url, "main").unwrap(), second);
-        assert_eq!(ls_remote_blocking(&url, "refs/heads/main").unwrap(), second);
-        assert_eq!(ls_remote_blocking(&url, "v1").unwrap(), first);
-        assert!(ls_remote_blocking(&url, "nope")
+        assert_eq!(
+            ls_remote_blocking(&url, "main", &Credentials::None).unwrap(),
+            second
+        );
+        assert_eq!(
+            ls_remote_blocking(&url, "refs/heads/main", &Credentials::None).unwrap(),
+            second
+        );
+        assert_eq!(
+            ls_remote_blocking(&url, "v1", &Credentials::None).unwrap(),
+            first
+        );
+        assert!(ls_remote_blocking(&url, "nope", &Credentials::None)
             .unwrap_err()
             .contains("no commits found"));
-        assert!(ls_remote_blocking("file:///does/not/exist", "main").is_err());
+        assert!(ls_remote_blocking("file:///does/not/exist", "main", &Credentials::None).is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -173,6 +173,54 @@ pub fn build_plan_secret(update: &Update, plan: &RunPlan) -> Result<Secret, serd
     }))
 }
 
+/// The `fetch` container's git credentials, from the Workspace's `spec.git.auth`: PKO's `GIT_*`
+/// names (§5.3) as `secretKeyRef`s — the Job spec never holds a credential value. With an SSH
+/// key, `GIT_SSH_KNOWN_HOSTS` optionally reads the key `known_hosts` of the same Secret; with a
+/// GitHub App, the Workspace's `pulumi.com/github-api-url` annotation becomes `GITHUB_API_URL`.
+pub fn git_auth_env(ws: &Workspace) -> Vec<Value> {
+    use pulumi_gitauth::env;
+    let mut out = Vec::new();
+    let Some(auth) = ws.spec.git.as_ref().and_then(|g| g.auth.as_ref()) else {
+        return out;
+    };
+    let mut add = |name: &str, selector: &k8s_openapi::api::core::v1::SecretKeySelector| {
+        out.push(json!({"name": name, "valueFrom": {"secretKeyRef": selector}}));
+    };
+    if let Some(key) = &auth.ssh_private_key {
+        add(env::SSH_PRIVATE_KEY, key);
+        add(
+            env::SSH_KNOWN_HOSTS,
+            &k8s_openapi::api::core::v1::SecretKeySelector {
+                name: key.name.clone(),
+                key: pulumi_gitauth::KNOWN_HOSTS_KEY.into(),
+                optional: Some(true),
+            },
+        );
+    }
+    if let Some(s) = &auth.username {
+        add(env::USERNAME, s);
+    }
+    if let Some(s) = &auth.password {
+        add(env::PASSWORD, s);
+    }
+    if let Some(s) = &auth.token {
+        add(env::TOKEN, s);
+    }
+    if let Some(app) = &auth.github_app {
+        add(env::GITHUB_APP_ID, &app.app_id);
+        add(env::GITHUB_APP_INSTALLATION_ID, &app.installation_id);
+        add(env::GITHUB_APP_PRIVATE_KEY, &app.private_key);
+        if let Some(url) = ws
+            .annotations()
+            .get(crate::source::auth::GITHUB_API_URL_ANNOTATION)
+            .filter(|u| !u.is_empty())
+        {
+            out.push(json!({"name": env::GITHUB_API_URL, "value": url}));
+        }
+    }
+    out
+}
+
 fn restricted_container_context() -> Value {
     json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}})
 }
@@ -256,6 +304,12 @@ pub fn build_job(
             "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
         })
     };
+    let mut fetch = runner("fetch", fetch_mounts);
+    let mut fetch_env = git_auth_env(ws);
+    if !fetch_env.is_empty() {
+        fetch_env.push(pulumi_env_var.clone());
+        fetch["env"] = Value::Array(fetch_env);
+    }
     let mut bootstrap = runner("bootstrap", vec![share.clone()]);
     bootstrap["args"] = json!(["bootstrap", plan::RUNNER_BINARY]);
     let mut pulumi = json!({
@@ -284,7 +338,7 @@ pub fn build_job(
         "serviceAccountName": spec.service_account_name.clone().unwrap_or_else(|| names::DEFAULT_SERVICE_ACCOUNT.into()),
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "securityContext": pod_security,
-        "initContainers": [bootstrap, runner("fetch", fetch_mounts)],
+        "initContainers": [bootstrap, fetch],
         "containers": [pulumi],
         "volumes": volumes,
     });
@@ -486,6 +540,127 @@ mod tests {
         assert_eq!(volumes, ["share", "plan"]);
         // No secret value anywhere in the Job.
         assert!(!serde_json::to_string(&job).unwrap().contains("do-not-leak"));
+    }
+
+    #[test]
+    fn git_credentials_reach_the_fetch_container_as_secret_refs_only() {
+        let cfg = JobConfig {
+            runner_image: "r".into(),
+            runner_pull_policy: "IfNotPresent".into(),
+        };
+        let src = ResolvedSource::Git {
+            url: "git@github.com:org/app.git".into(),
+            commit: "b".repeat(40),
+            dir: None,
+            shallow: false,
+        };
+        let env_of = |s: &Stack| {
+            let ws = build_workspace(s, &src);
+            let job = build_job(&update(s), &ws, &cfg, false).unwrap();
+            let v = serde_json::to_value(&job).unwrap();
+            assert_eq!(
+                v["spec"]["template"]["spec"]["initContainers"][1]["name"],
+                "fetch"
+            );
+            // The pulumi container never sees git credentials.
+            let pulumi_env = v["spec"]["template"]["spec"]["containers"][0]["env"].to_string();
+            assert!(!pulumi_env.contains("GIT_"), "{pulumi_env}");
+            (
+                ws,
+                v["spec"]["template"]["spec"]["initContainers"][1]["env"].clone(),
+            )
+        };
+        let mut s = stack();
+        s.spec.git.git_auth = Some(
+            serde_json::from_value(json!({"sshAuth": {
+                "sshPrivateKey": {"type": "Secret", "secret": {"name": "deploy-key", "key": "id_ed25519"}},
+                "password": {"type": "Secret", "secret": {"name": "deploy-key", "key": "passphrase"}}}}))
+            .unwrap(),
+        );
+        let (ws, env) = env_of(&s);
+        assert_eq!(
+            serde_json::to_value(&ws.spec.git.as_ref().unwrap().auth).unwrap(),
+            json!({"sshPrivateKey": {"name": "deploy-key", "key": "id_ed25519"},
+                   "password": {"name": "deploy-key", "key": "passphrase"}})
+        );
+        assert_eq!(
+            env,
+            json!([
+                {"name": "GIT_SSH_PRIVATE_KEY", "valueFrom": {"secretKeyRef": {"name": "deploy-key", "key": "id_ed25519"}}},
+                {"name": "GIT_SSH_KNOWN_HOSTS", "valueFrom": {"secretKeyRef": {"name": "deploy-key", "key": "known_hosts", "optional": true}}},
+                {"name": "GIT_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "deploy-key", "key": "passphrase"}}},
+                {"name": "PULUMI_ENV", "value": "/share/.env"},
+            ])
+        );
+        // A GitHub App on GitHub Enterprise: the API URL travels as a Workspace annotation.
+        let mut s = stack();
+        s.metadata.annotations = Some(
+            [(
+                "pulumi.com/github-api-url".to_string(),
+                "https://ghe.example.com/api/v3".to_string(),
+            )]
+            .into(),
+        );
+        s.spec.git.git_auth = Some(
+            serde_json::from_value(json!({"githubApp": {
+                "appID": {"type": "Secret", "secret": {"name": "app", "key": "id"}},
+                "installationID": {"type": "Secret", "secret": {"name": "app", "key": "installation"}},
+                "privateKey": {"type": "Secret", "secret": {"name": "app", "key": "key.pem"}}}}))
+            .unwrap(),
+        );
+        let (ws, env) = env_of(&s);
+        assert_eq!(
+            ws.annotations()["pulumi.com/github-api-url"],
+            "https://ghe.example.com/api/v3"
+        );
+        let names: Vec<&str> = env
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "GIT_GITHUB_APP_ID",
+                "GIT_GITHUB_APP_INSTALLATION_ID",
+                "GIT_GITHUB_APP_PRIVATE_KEY",
+                "GITHUB_API_URL",
+                "PULUMI_ENV"
+            ]
+        );
+        assert_eq!(env[2]["valueFrom"]["secretKeyRef"]["key"], "key.pem");
+        // The deprecated gitAuthSecret: every key, optional.
+        let mut s = stack();
+        s.spec.git.git_auth_secret = Some("git-creds".into());
+        let (_, env) = env_of(&s);
+        let names: Vec<(&str, &str, bool)> = env
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e.get("valueFrom").is_some())
+            .map(|e| {
+                let r = &e["valueFrom"]["secretKeyRef"];
+                (
+                    e["name"].as_str().unwrap(),
+                    r["key"].as_str().unwrap(),
+                    r["optional"] == true,
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("GIT_SSH_PRIVATE_KEY", "sshPrivateKey", true),
+                ("GIT_SSH_KNOWN_HOSTS", "known_hosts", true),
+                ("GIT_USERNAME", "username", true),
+                ("GIT_PASSWORD", "password", true),
+                ("GIT_TOKEN", "accessToken", true),
+            ]
+        );
+        // Without credentials the fetch container keeps its plain environment.
+        let (_, env) = env_of(&stack());
+        assert_eq!(env, json!([{"name": "PULUMI_ENV", "value": "/share/.env"}]));
     }
 
     #[test]

@@ -12,8 +12,7 @@ use crate::report::log;
 use gix::remote::fetch::Shallow;
 use std::num::NonZeroU32;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// What to fetch.
@@ -25,45 +24,13 @@ pub struct GitSpec {
     pub shallow: bool,
 }
 
-/// Credentials for HTTP(S) remotes, from the environment of the fetch container (the names
-/// PKO's fetch container uses): `GIT_USERNAME` + `GIT_PASSWORD` (basic auth), or `GIT_TOKEN`
-/// (a personal access token, sent as basic auth with the user `git`, as PKO does).
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct GitAuth {
-    pub username: Option<String>,
-    pub password: Option<String>,
-}
-
-impl std::fmt::Debug for GitAuth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GitAuth")
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .finish()
-    }
-}
-
-impl GitAuth {
-    pub fn from_env() -> GitAuth {
-        Self::from_lookup(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
-    }
-
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> GitAuth {
-        if let (Some(user), Some(password)) = (get("GIT_USERNAME"), get("GIT_PASSWORD")) {
-            return GitAuth {
-                username: Some(user),
-                password: Some(password),
-            };
-        }
-        if let Some(token) = get("GIT_TOKEN") {
-            return GitAuth {
-                username: Some("git".into()),
-                password: Some(token),
-            };
-        }
-        GitAuth::default()
-    }
-}
+/// Credentials come from the `fetch` container's environment, under the names PKO's fetch
+/// container uses (see [`pulumi_gitauth::env`] and [`Credentials::from_env`]): `GIT_USERNAME` +
+/// `GIT_PASSWORD`, `GIT_TOKEN`, `GIT_SSH_PRIVATE_KEY` (+ `GIT_PASSWORD` as its passphrase, and
+/// our `GIT_SSH_KNOWN_HOSTS`), or `GIT_GITHUB_APP_ID` + `GIT_GITHUB_APP_INSTALLATION_ID` +
+/// `GIT_GITHUB_APP_PRIVATE_KEY` (and our `GITHUB_API_URL`).
+pub use pulumi_gitauth::Credentials;
+use pulumi_gitauth::{AuthFlags, Session};
 
 /// How many times a network fetch is tried.
 const ATTEMPTS: u32 = 3;
@@ -81,7 +48,7 @@ enum Strategy {
 }
 
 /// Clones `spec` into `dest` (which must be empty or absent) and returns the SHA checked out.
-pub fn fetch(spec: &GitSpec, dest: &Path, auth: &GitAuth) -> Result<String, Failure> {
+pub fn fetch(spec: &GitSpec, dest: &Path, credentials: &Credentials) -> Result<String, Failure> {
     let shown_url = redact::urls(&spec.url);
     let target = match (&spec.commit, &spec.reference) {
         (Some(c), _) => format!("commit {c}"),
@@ -100,7 +67,18 @@ pub fn fetch(spec: &GitSpec, dest: &Path, auth: &GitAuth) -> Result<String, Fail
         ),
         None => None,
     };
-    log(format!("fetching {shown_url} at {target}"));
+    if !credentials.is_none() {
+        log(format!(
+            "fetching {shown_url} at {target} with credentials ({})",
+            credentials.kind()
+        ));
+    } else {
+        log(format!("fetching {shown_url} at {target}"));
+    }
+    // For a GitHub App this exchanges the app's key for an installation token; for SSH it
+    // writes the key into a private temporary directory (removed when `auth` is dropped).
+    let auth = Session::prepare(credentials, &spec.url).map_err(&fail)?;
+    let auth = &auth;
     let head = match commit {
         Some(id) => match clone_once(spec, dest, &Strategy::Revision(id), auth) {
             Ok(head) => head,
@@ -175,30 +153,20 @@ fn clone_once(
     spec: &GitSpec,
     dest: &Path,
     strategy: &Strategy,
-    auth: &GitAuth,
+    auth: &Session,
 ) -> Result<String, CloneError> {
-    let asked = Arc::new(AtomicBool::new(false));
-    let rejected = Arc::new(AtomicBool::new(false));
-    let result = clone_attempt(spec, dest, strategy, auth, &asked, &rejected);
-    result.map_err(|message| {
-        if rejected.load(Ordering::SeqCst) {
-            CloneError {
-                message: format!("the server rejected the credentials ({message})"),
-                retry: false,
-            }
-        } else if asked.load(Ordering::SeqCst) && auth.password.is_none() {
-            CloneError {
-                message: "the server requires authentication, and no credentials were given \
-                          (GIT_USERNAME and GIT_PASSWORD, or GIT_TOKEN)"
-                    .to_string(),
-                retry: false,
-            }
-        } else {
-            CloneError {
-                retry: !message.contains(NOT_FOUND),
-                message,
-            }
-        }
+    let flags = AuthFlags::default();
+    let result = clone_attempt(spec, dest, strategy, auth, &flags);
+    result.map_err(|message| match auth.explain(&flags, &message) {
+        // Authentication problems are not worth a retry.
+        Some(message) => CloneError {
+            message,
+            retry: false,
+        },
+        None => CloneError {
+            retry: !message.contains(NOT_FOUND),
+            message: auth.redact(&message),
+        },
     })
 }
 
@@ -206,9 +174,8 @@ fn clone_attempt(
     spec: &GitSpec,
     dest: &Path,
     strategy: &Strategy,
-    auth: &GitAuth,
-    asked: &Arc<AtomicBool>,
-    rejected: &Arc<AtomicBool>,
+    auth: &Session,
+    flags: &AuthFlags,
 ) -> Result<String, String> {
     // Every attempt starts from an empty directory (a failed one may leave files behind).
     if dest.exists() {
@@ -222,7 +189,7 @@ fn clone_attempt(
         dest,
         gix::create::Kind::WithWorktree,
         gix::create::Options::default(),
-        gix::open::Options::isolated(),
+        gix::open::Options::isolated().config_overrides(auth.config_overrides()),
     )
     .map_err(|e| err(&e))?;
     let depth_one = Shallow::DepthAtRemote(NonZeroU32::MIN);
@@ -256,35 +223,9 @@ fn clone_attempt(
             }
         }
     };
-    let credentials = auth.clone();
-    let (asked, rejected) = (asked.clone(), rejected.clone());
+    let credentials = auth.credentials_fn(flags);
     prepare = prepare.configure_connection(move |connection| {
-        let credentials = credentials.clone();
-        let (asked, rejected) = (asked.clone(), rejected.clone());
-        connection.set_credentials(move |action| match action {
-            gix::credentials::helper::Action::Erase(_) => {
-                rejected.store(true, Ordering::SeqCst);
-                Ok(None)
-            }
-            gix::credentials::helper::Action::Get(ctx) => {
-                asked.store(true, Ordering::SeqCst);
-                match (&credentials.username, &credentials.password) {
-                    (Some(username), Some(password)) => {
-                        Ok(Some(gix::credentials::protocol::Outcome {
-                            identity: gix::sec::identity::Account {
-                                username: username.clone(),
-                                password: password.clone(),
-                                oauth_refresh_token: None,
-                            },
-                            next: ctx.into(),
-                        }))
-                    }
-                    // No credentials configured: never prompt, never run helpers.
-                    _ => Ok(None),
-                }
-            }
-            _ => Ok(None),
-        });
+        connection.set_credentials(credentials.clone());
         Ok(())
     });
 
@@ -347,13 +288,20 @@ mod tests {
                     .map(|(_, v)| v.to_string())
             }
         };
-        let a = GitAuth::from_lookup(env(&[("GIT_USERNAME", "u"), ("GIT_PASSWORD", "p")]));
-        assert_eq!(a.username.as_deref(), Some("u"));
-        assert_eq!(a.password.as_deref(), Some("p"));
-        let a = GitAuth::from_lookup(env(&[("GIT_TOKEN", "t")]));
-        assert_eq!(a.username.as_deref(), Some("git"));
-        assert_eq!(a.password.as_deref(), Some("t"));
-        assert_eq!(GitAuth::from_lookup(env(&[])), GitAuth::default());
+        let a = Credentials::from_lookup(env(&[("GIT_USERNAME", "u"), ("GIT_PASSWORD", "p")]));
+        assert_eq!(
+            a.unwrap(),
+            Credentials::Basic {
+                username: "u".into(),
+                password: "p".into()
+            }
+        );
+        let a = Credentials::from_lookup(env(&[("GIT_TOKEN", "t")])).unwrap();
+        assert_eq!(a, Credentials::token("t"));
+        assert_eq!(
+            Credentials::from_lookup(env(&[])).unwrap(),
+            Credentials::None
+        );
         assert!(!format!("{a:?}").contains("\"t\""));
     }
 
@@ -366,7 +314,7 @@ mod tests {
             reference: None,
             shallow: false,
         };
-        let e = fetch(&spec, &dir.path().join("src"), &GitAuth::default()).unwrap_err();
+        let e = fetch(&spec, &dir.path().join("src"), &Credentials::None).unwrap_err();
         assert_eq!(
             e.reason,
             pulumi_operator_api::plan::FailureReason::SourceUnavailable

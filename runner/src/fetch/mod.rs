@@ -45,7 +45,8 @@ pub fn fetch(plan: &RunPlan, layout: &Layout) -> Result<RunResult, Failure> {
                 reference: reference.clone(),
                 shallow: *shallow,
             };
-            let head = git::fetch(&spec, &source_dir, &git::GitAuth::from_env())?;
+            let credentials = git::Credentials::from_env().map_err(Failure::source_unavailable)?;
+            let head = git::fetch(&spec, &source_dir, &credentials)?;
             link_project(&source_dir, &sub, &workspace)?;
             format!("fetched {} at {head}", crate::redact::urls(url))
         }
