@@ -5,7 +5,7 @@
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::{Error, Result};
 use crate::metrics::{StackLabels, UpdateLabels};
-use crate::source::{self, SourceError};
+use crate::source::{self, ResolveError};
 use crate::stack::decide::{decide, Decision, Limits, Observed};
 use crate::stack::objects::{build_update, build_workspace, ResolvedSource};
 use crate::stack::prereq;
@@ -323,19 +323,36 @@ pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
             name: p.name,
             runtime: p.runtime,
         }),
-        None => source::resolve(&stack, &ctx.client, &ctx.stores.programs).await,
+        None => {
+            // A tracked branch is re-read when the answer shared by all Stacks tracking it is
+            // older than this Stack's resync period (src/source/poll.rs).
+            let limits = Limits {
+                min_resync: Duration::from_secs(ctx.config.min_resync_seconds),
+            };
+            let resync = crate::stack::decide::resync_period(&stack.spec, &limits);
+            source::resolve_source(&stack, &ctx, resync).await
+        }
     };
     let source = match resolved {
         Ok(s) => s,
-        Err(SourceError(message)) => {
-            warn!(%message, "source unavailable");
-            mark_stalled(
-                &mut status,
-                names::REASON_SOURCE_UNAVAILABLE,
-                &message,
-                generation,
-                &now,
-            );
+        Err(ResolveError { reason, message }) => {
+            warn!(%message, %reason, "source unavailable");
+            // A missing git credentials Secret or key is an invalid spec (PKO): say so once
+            // with an event. Secrets are not watched, so both cases are re-checked later.
+            let repeated = before.conditions.iter().flatten().any(|c| {
+                c.type_ == names::CONDITION_STALLED && c.reason == reason && c.message == message
+            });
+            if reason == names::REASON_SPEC_INVALID && !repeated {
+                publish(
+                    &ctx,
+                    &stack,
+                    EventType::Warning,
+                    names::EVENT_STACK_CONFIG_INVALID,
+                    message.clone(),
+                )
+                .await;
+            }
+            mark_stalled(&mut status, reason, &message, generation, &now);
             if status != before {
                 write_status(&api, &name, &status).await?;
             }
@@ -343,14 +360,6 @@ pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
             return Ok(Action::requeue(SOURCE_UNAVAILABLE_REQUEUE));
         }
     };
-    if matches!(source, ResolvedSource::Git { .. }) && stack.spec.git.branch.is_some() {
-        ctx.metrics
-            .git_ls_remote
-            .get_or_create(&crate::metrics::ResultLabels {
-                result: "success".into(),
-            })
-            .inc();
-    }
     let revision = source.revision().to_string();
     let observed = Observed {
         generation,

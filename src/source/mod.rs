@@ -19,10 +19,6 @@ use pulumi_operator_api::validation::{GitRevision, StackSource};
 use pulumi_operator_api::{Program, Stack};
 use std::time::{Duration, Instant};
 
-/// Why a source could not be resolved (becomes `Stalled` `SourceUnavailable`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct SourceError(pub String);
-
 /// Why a source could not be resolved, with the `Stalled` reason: `SpecInvalid` (a missing
 /// git credentials Secret or key, as in PKO) or `SourceUnavailable` (anything else).
 #[derive(Debug, Clone, PartialEq)]
@@ -45,10 +41,6 @@ impl ResolveError {
             message: message.into(),
         }
     }
-
-    pub fn is_spec_invalid(&self) -> bool {
-        self.reason == names::REASON_SPEC_INVALID
-    }
 }
 
 /// Resolves the Stack's source with the branch poller shared by all Stacks: the head of a
@@ -67,17 +59,6 @@ pub async fn resolve_source(
         resync,
     )
     .await
-}
-
-/// [`resolve_source`] without metrics and with PKO's default 60 s resync period.
-pub async fn resolve(
-    stack: &Stack,
-    client: &Client,
-    programs: &Store<Program>,
-) -> Result<ResolvedSource, SourceError> {
-    resolve_with(stack, client, programs, None, Duration::from_secs(60))
-        .await
-        .map_err(|e| SourceError(e.message))
 }
 
 /// How fresh a branch head a reconcile needs: a new reconciliation-request value (not yet
@@ -207,5 +188,36 @@ async fn resolve_with(
             })
         }
         StackSource::None => Ok(ResolvedSource::None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_reconciliation_request_reads_the_branch_at_once() {
+        let mut stack: Stack = serde_json::from_value(serde_json::json!({
+            "apiVersion": "pulumi.com/v1", "kind": "Stack",
+            "metadata": {"name": "s", "namespace": "n"},
+            "spec": {"stack": "dev", "projectRepo": "https://h/r.git", "branch": "main"}
+        }))
+        .unwrap();
+        let now = Instant::now();
+        let period = Duration::from_secs(60);
+        assert_eq!(need(&stack, period, now), poll::Need::MaxAge(period));
+        stack.metadata.annotations = Some(
+            [(
+                names::RECONCILIATION_REQUEST_ANNOTATION.to_string(),
+                "1".to_string(),
+            )]
+            .into(),
+        );
+        assert_eq!(need(&stack, period, now), poll::Need::Since(now));
+        stack.status = Some(pulumi_operator_api::StackStatus {
+            observed_reconcile_request: Some("1".into()),
+            ..Default::default()
+        });
+        assert_eq!(need(&stack, period, now), poll::Need::MaxAge(period));
     }
 }
