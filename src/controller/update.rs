@@ -149,6 +149,38 @@ async fn stop_job(ctx: &Context, ns: &str, job: &Job) -> Result<()> {
     Ok(())
 }
 
+/// Ends an Update that cannot even start, with the reason in its status and an event.
+async fn fail_before_start(
+    ctx: &Context,
+    api: &Api<Update>,
+    update: &Update,
+    reason: &str,
+    message: String,
+    now: &Time,
+) -> Result<Action> {
+    let failed = Progress::Failed {
+        reason: reason.into(),
+        message: message.clone(),
+        result: None,
+        end: None,
+    };
+    write_status(
+        api,
+        &update.name_any(),
+        &status_for(update, &failed, None, now),
+    )
+    .await?;
+    publish(
+        ctx,
+        update,
+        EventType::Warning,
+        names::EVENT_UPDATE_FAILED,
+        message,
+    )
+    .await;
+    Ok(Action::await_change())
+}
+
 pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action> {
     let ns = update
         .namespace()
@@ -189,22 +221,8 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
             Ok(p) => p,
             Err(message) => {
                 warn!(%message, "invalid update");
-                let failed = Progress::Failed {
-                    reason: "InvalidUpdate".into(),
-                    message: message.clone(),
-                    result: None,
-                    end: None,
-                };
-                write_status(&api, &name, &status_for(&update, &failed, None, &now)).await?;
-                publish(
-                    &ctx,
-                    &update,
-                    EventType::Warning,
-                    names::EVENT_UPDATE_FAILED,
-                    message,
-                )
-                .await;
-                return Ok(Action::await_change());
+                return fail_before_start(&ctx, &api, &update, "InvalidUpdate", message, &now)
+                    .await;
             }
         };
         let program = matches!(plan.source, Some(Source::Program { .. }));
@@ -227,22 +245,8 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
                 .get(&ObjectRef::new(&program_name).within(&ns))
             else {
                 let message = format!("the Program {program_name:?} does not exist");
-                let failed = Progress::Failed {
-                    reason: "SourceUnavailable".into(),
-                    message: message.clone(),
-                    result: None,
-                    end: None,
-                };
-                write_status(&api, &name, &status_for(&update, &failed, None, &now)).await?;
-                publish(
-                    &ctx,
-                    &update,
-                    EventType::Warning,
-                    names::EVENT_UPDATE_FAILED,
-                    message,
-                )
-                .await;
-                return Ok(Action::await_change());
+                return fail_before_start(&ctx, &api, &update, "SourceUnavailable", message, &now)
+                    .await;
             };
             let rendered = render_project(&p.name_any(), p.spec.program.as_ref())?;
             let cm: ConfigMap = serde_json::from_value(serde_json::json!({
