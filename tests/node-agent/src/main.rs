@@ -5,14 +5,18 @@
 //! It registers one Ready Node, binds every unscheduled pod to it, and runs each pod's
 //! containers as local processes (own session and private mount namespace, volumes
 //! bind-mounted at their real paths, the pod's uid/gid), publishes pod status as the kubelet
-//! does, and serves `/containerLogs` over TLS so that `kubectl logs` works.
+//! does, and serves `/containerLogs` and `/exec` over TLS so that `kubectl logs` and
+//! `kubectl exec` work. It also stands in for a volume provisioner: PersistentVolumeClaims get a
+//! hostPath PersistentVolume under its state directory (see `pvc.rs`).
 
 mod env;
+mod exec;
 mod images;
 mod node;
 mod pods;
 mod probe;
 mod process;
+mod pvc;
 mod server;
 mod volumes;
 
@@ -71,6 +75,7 @@ async fn main() -> anyhow::Result<()> {
     node::register(&client, &cfg).await?;
     info!(node = %cfg.node_name, port = cfg.port, "node registered");
     tokio::spawn(node::heartbeat(client.clone(), cfg.clone()));
+    tokio::spawn(pvc::run(client.clone(), cfg.state_dir.clone()));
 
     let agent = Arc::new(pods::Agent::new(client.clone(), cfg.clone()));
     let listener = tokio::net::TcpListener::bind((cfg.host_ip.as_str(), cfg.port)).await?;

@@ -3,6 +3,7 @@
 //! every change; graceful deletion (SIGTERM, grace period, SIGKILL) and final removal.
 
 use crate::env::{self, EnvSource};
+use crate::exec::ExecContext;
 use crate::images::{self, ImageMap};
 use crate::probe;
 use crate::process::{self, ProcessSpec};
@@ -31,6 +32,8 @@ pub struct Agent {
     pub cfg: Config,
     pods: Mutex<HashMap<String, Arc<PodHandle>>>,
     next_ip: AtomicU32,
+    /// Pods (uids) a bind task is already working on (it may wait for a cordon or claims).
+    binding: Mutex<std::collections::HashSet<String>>,
 }
 
 /// What the agent knows about one pod it runs.
@@ -72,6 +75,8 @@ pub struct CState {
     pub last_state: Option<State>,
     pub ready: bool,
     pub pid: i32,
+    /// What `kubectl exec` needs to enter the running container.
+    pub exec: Option<Arc<ExecContext>>,
 }
 
 pub struct Runtime {
@@ -127,6 +132,16 @@ impl PodHandle {
         let c = rt.find(container)?;
         Some((c.restart_count, matches!(c.state, State::Running { .. })))
     }
+
+    /// How to enter a running container (for `kubectl exec`); `None` when it does not run.
+    pub fn exec_context(&self, container: &str) -> Option<Arc<ExecContext>> {
+        let rt = self.runtime.lock().ok()?;
+        let c = rt.find(container)?;
+        match c.state {
+            State::Running { .. } => c.exec.clone(),
+            _ => None,
+        }
+    }
 }
 
 impl Agent {
@@ -136,6 +151,7 @@ impl Agent {
             cfg,
             pods: Mutex::new(HashMap::new()),
             next_ip: AtomicU32::new(0),
+            binding: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -176,9 +192,23 @@ impl Agent {
             let default_scheduler = spec
                 .and_then(|s| s.scheduler_name.as_deref())
                 .is_none_or(|s| s == "default-scheduler");
-            if !deleting && default_scheduler {
+            let first = self
+                .binding
+                .lock()
+                .map(|mut b| b.insert(uid.clone()))
+                .unwrap_or(true);
+            if !deleting && default_scheduler && first {
                 let agent = self.clone();
-                tokio::spawn(async move { agent.bind(&pod).await });
+                tokio::spawn(async move {
+                    agent.bind(&pod).await;
+                    if let Ok(mut b) = agent.binding.lock() {
+                        b.remove(&uid);
+                    }
+                });
+            } else if first {
+                if let Ok(mut b) = self.binding.lock() {
+                    b.remove(&uid);
+                }
             }
             return;
         }
@@ -251,6 +281,7 @@ impl Agent {
             last_state: None,
             ready: false,
             pid: -1,
+            exec: None,
         };
         let runtime = Runtime {
             pod_ip: self.allocate_ip(),
@@ -311,6 +342,28 @@ impl Agent {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         // A cordoned node takes no new pods; they wait, Pending, as with a real scheduler.
         while self.cordoned().await {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            match api.get_opt(name).await {
+                Ok(Some(p))
+                    if p.metadata.uid == pod.metadata.uid
+                        && p.metadata.deletion_timestamp.is_none() => {}
+                _ => return,
+            }
+        }
+        // As the scheduler's volume binding does: a pod waits until its claims are bound.
+        let claims: Vec<String> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .filter_map(|v| v.persistent_volume_claim.as_ref())
+            .map(|c| c.claim_name.clone())
+            .collect();
+        let mut logged = false;
+        while let Err(why) = crate::pvc::claims_bound(&self.client, ns, &claims).await {
+            if !logged {
+                info!(pod = %format!("{ns}/{name}"), "waiting to bind: {why}");
+                logged = true;
+            }
             tokio::time::sleep(Duration::from_secs(1)).await;
             match api.get_opt(name).await {
                 Ok(Some(p))
@@ -594,6 +647,13 @@ impl Agent {
         };
         let (proc_spec, termination_file) = prepared;
         let log_path = proc_spec.log_path.clone();
+        let exec_base = ExecContext {
+            pid: -1,
+            env: proc_spec.env.clone(),
+            uid: proc_spec.uid,
+            gid: proc_spec.gid,
+            working_dir: proc_spec.working_dir.clone(),
+        };
         let started_at = now();
         let mut running = match process::spawn(proc_spec) {
             Ok(r) => r,
@@ -618,6 +678,7 @@ impl Agent {
                 started_at: started_at.clone(),
             };
             cs.pid = pid;
+            cs.exec = Some(Arc::new(ExecContext { pid, ..exec_base }));
             cs.ready = !init && c.readiness_probe.is_none();
         }
         self.publish(handle, pod).await;
@@ -707,6 +768,7 @@ impl Agent {
             let cs = rt.container_mut(init, i);
             cs.ready = false;
             cs.pid = -1;
+            cs.exec = None;
         }
         self.publish(handle, pod).await;
         Some(exit_code)
@@ -1105,6 +1167,7 @@ mod tests {
             last_state: None,
             ready: false,
             pid: -1,
+            exec: None,
         }
     }
 

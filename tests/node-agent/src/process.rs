@@ -63,28 +63,18 @@ pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
     ensure_targets(&spec.mounts)?;
     // Sources are opened before any mount and bound through /proc/self/fd: a volume mounted
     // over an ancestor of a later source (e.g. an emptyDir at /tmp while the state directory
-    // lives under /tmp) would otherwise hide that source.
-    let sources: Vec<std::fs::File> = spec
-        .mounts
-        .iter()
-        .map(|m| {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
-                .open(&m.source)
-        })
-        .collect::<std::io::Result<_>>()?;
+    // lives under /tmp) would otherwise hide that source. They are opened in the child, after
+    // `unshare`: a descriptor opened in the agent's mount namespace cannot be bind-mounted in
+    // the new one (mount(2) fails with EINVAL).
     let binds: Vec<(CString, CString, bool)> = spec
         .mounts
         .iter()
-        .zip(&sources)
-        .map(|(m, f)| {
-            use std::os::fd::AsRawFd;
-            let via_fd = PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()));
-            Ok((cstr(&via_fd)?, cstr(&m.target)?, m.read_only))
-        })
+        .map(|m| Ok((cstr(&m.source)?, cstr(&m.target)?, m.read_only)))
         .collect::<std::io::Result<_>>()?;
+    // Filled in the child (no allocation after fork): the descriptor of each source and the
+    // NUL-terminated `/proc/self/fd/<n>` path that names it.
+    let mut source_fds: Vec<libc::c_int> = vec![-1; binds.len()];
+    let mut via_fd: Vec<[u8; 32]> = vec![[0u8; 32]; binds.len()];
     // Every ancestor of the working directory, so that it can be created after the mounts
     // (it often lies inside a volume).
     let workdir: Vec<CString> = match &spec.working_dir {
@@ -126,9 +116,15 @@ pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
                 libc::MS_REC | libc::MS_PRIVATE,
                 std::ptr::null(),
             ))?;
-            for (src, dst, ro) in &binds {
+            for (i, (src, _, _)) in binds.iter().enumerate() {
+                let fd = libc::open(src.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+                check(fd)?;
+                source_fds[i] = fd;
+                fd_path(&mut via_fd[i], fd);
+            }
+            for (i, (_, dst, ro)) in binds.iter().enumerate() {
                 check(libc::mount(
-                    src.as_ptr(),
+                    via_fd[i].as_ptr().cast(),
                     dst.as_ptr(),
                     std::ptr::null(),
                     libc::MS_BIND | libc::MS_REC,
@@ -143,6 +139,9 @@ pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
                         std::ptr::null(),
                     ))?;
                 }
+            }
+            for fd in &source_fds {
+                libc::close(*fd);
             }
             for dir in &workdir {
                 libc::mkdir(dir.as_ptr(), 0o755);
@@ -166,7 +165,6 @@ pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
             .open(&spec.log_path)?,
     ));
     let mut child = cmd.spawn()?;
-    drop(sources);
     let pid = child.id().map(|p| p as i32).unwrap_or(-1);
     let mut log_tasks = Vec::new();
     if let Some(out) = child.stdout.take() {
@@ -180,6 +178,27 @@ pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
         pid,
         log_tasks,
     })
+}
+
+/// Writes `/proc/self/fd/<fd>` and a NUL into `buf` without allocating (runs after fork).
+fn fd_path(buf: &mut [u8; 32], fd: libc::c_int) {
+    const PREFIX: &[u8] = b"/proc/self/fd/";
+    buf[..PREFIX.len()].copy_from_slice(PREFIX);
+    let mut digits = [0u8; 12];
+    let mut n = fd.max(0) as u32;
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        buf[PREFIX.len() + i] = digits[len - 1 - i];
+    }
+    buf[PREFIX.len() + len] = 0;
 }
 
 async fn copy_lines(
@@ -244,6 +263,15 @@ pub fn parse_record(line: &[u8]) -> Option<LogRecord<'_>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fd_paths_are_nul_terminated() {
+        let mut buf = [0xffu8; 32];
+        fd_path(&mut buf, 1234);
+        assert_eq!(&buf[..19], b"/proc/self/fd/1234\0");
+        fd_path(&mut buf, 0);
+        assert_eq!(&buf[..16], b"/proc/self/fd/0\0");
+    }
 
     #[test]
     fn parses_cri_records() {

@@ -1,5 +1,5 @@
 //! The kubelet's HTTPS endpoint as far as the apiserver needs it: `/containerLogs` (so that
-//! `kubectl logs` works) and `/healthz`.
+//! `kubectl logs` works), `/exec` (so that `kubectl exec` works, see `exec.rs`) and `/healthz`.
 
 use crate::pods::{Agent, PodHandle};
 use crate::process::parse_record;
@@ -50,6 +50,7 @@ pub async fn serve(
     let acceptor = TlsAcceptor::from(Arc::new(config));
     let app = Router::new()
         .route("/containerLogs/{ns}/{pod}/{container}", get(logs))
+        .route("/exec/{ns}/{pod}/{container}", get(crate::exec::handler))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(agent);
     loop {

@@ -233,8 +233,9 @@ pub async fn prepare(
             }
             out.insert(v.name.clone(), dir);
         } else if let Some(claim) = &v.persistent_volume_claim {
-            // Stand-in for a bound PersistentVolume: one directory per claim that outlives pods.
-            let dir = state_dir.join("pvc").join(ns).join(&claim.claim_name);
+            // Stand-in for a bound PersistentVolume: one directory per claim that outlives pods
+            // (the hostPath of the volume pvc.rs provisions for the claim).
+            let dir = crate::pvc::claim_dir(state_dir, ns, &claim.claim_name);
             std::fs::create_dir_all(&dir).map_err(io)?;
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).map_err(io)?;
             out.insert(v.name.clone(), dir);

@@ -520,3 +520,250 @@ spec:
     assert_eq!(t.exit_code, 0, "{t:?}");
     assert_eq!(t.message.as_deref(), Some("shadowed-ok"));
 }
+
+/// Runs kubectl in `ns` with optional standard input; returns (exit code, stdout, stderr).
+fn kubectl_exit(ns: &TestNamespace, args: &[&str], input: Option<&str>) -> (i32, String, String) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let kubeconfig = std::env::var("KUBECONFIG").expect("KUBECONFIG");
+    let mut child = Command::new("kubectl")
+        .env("KUBECONFIG", kubeconfig)
+        .args(["-n", &ns.name])
+        .args(args)
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl");
+    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin.write_all(text.as_bytes()).expect("stdin");
+    }
+    let out = child.wait_with_output().expect("kubectl");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A long-running pod to exec into: a ConfigMap volume, an emptyDir the container writes to
+/// before it sleeps, an environment variable, a non-root user and a working directory.
+async fn exec_target(ns: &TestNamespace) {
+    ns.apply(
+        r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg}
+data: {greeting: hello-from-configmap}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: target}
+spec:
+  securityContext: {runAsUser: 1000, runAsGroup: 1000}
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - {name: cfg, configMap: {name: cfg}}
+  - {name: data, emptyDir: {}}
+  containers:
+  - name: main
+    image: busybox
+    workingDir: /data
+    env: [{name: GREETING_FROM_ENV, value: env-works}]
+    command: [sh, -c, 'echo written-by-the-container > /data/note; touch /data/ready; exec sleep 3600']
+    readinessProbe:
+      exec: {command: [cat, /data/ready]}
+      periodSeconds: 1
+    volumeMounts:
+    - {name: cfg, mountPath: /etc/cfg}
+    - {name: data, mountPath: /data}
+"#,
+    );
+    ns.kubectl(&[
+        "wait",
+        "--for=condition=ready",
+        "pod/target",
+        "--timeout=60s",
+    ]);
+}
+
+/// `kubectl exec` streams stdout and stderr and exits with the command's exit code (the
+/// Status on channel 3 carries it).
+#[tokio::test]
+async fn kubectl_exec_prints_output_and_exits_with_the_code() {
+    let ns = TestNamespace::new("exec").await;
+    exec_target(&ns).await;
+    let (code, out, err) = kubectl_exit(
+        &ns,
+        &[
+            "exec",
+            "target",
+            "--",
+            "sh",
+            "-c",
+            "echo hi; echo oops >&2; exit 3",
+        ],
+        None,
+    );
+    assert_eq!(code, 3, "stdout: {out:?}, stderr: {err:?}");
+    assert_eq!(out, "hi\n");
+    assert!(err.contains("oops"), "{err:?}");
+    let (code, out, err) = kubectl_exit(&ns, &["exec", "target", "-c", "main", "--", "true"], None);
+    assert_eq!((code, out.as_str()), (0, ""), "{err}");
+    // A container that does not exist is refused before anything runs.
+    let (code, _, err) = kubectl_exit(&ns, &["exec", "target", "-c", "nope", "--", "true"], None);
+    assert_ne!(code, 0);
+    assert!(err.contains("nope"), "{err}");
+}
+
+/// The command runs inside the container: its volumes at their paths, what the container wrote,
+/// its environment, its user and its working directory.
+#[tokio::test]
+async fn kubectl_exec_runs_inside_the_container() {
+    let ns = TestNamespace::new("execin").await;
+    exec_target(&ns).await;
+    let out = ns.kubectl(&[
+        "exec",
+        "target",
+        "--",
+        "sh",
+        "-c",
+        "cat /etc/cfg/greeting; echo; cat /data/note; echo $GREETING_FROM_ENV; id -u; id -g; pwd",
+    ]);
+    assert_eq!(
+        out,
+        "hello-from-configmap\nwritten-by-the-container\nenv-works\n1000\n1000\n/data\n"
+    );
+    // What exec writes, the container sees (same volume).
+    ns.kubectl(&[
+        "exec",
+        "target",
+        "--",
+        "sh",
+        "-c",
+        "echo from-exec > /data/exec-note",
+    ]);
+    let out = ns.kubectl(&["exec", "target", "--", "cat", "/data/exec-note"]);
+    assert_eq!(out, "from-exec\n");
+}
+
+/// `kubectl exec -i` forwards standard input, and its end (v5 close) ends the command's input.
+#[tokio::test]
+async fn kubectl_exec_forwards_stdin() {
+    let ns = TestNamespace::new("execstdin").await;
+    exec_target(&ns).await;
+    let input = "line one\nline two\n";
+    let (code, out, err) = kubectl_exit(&ns, &["exec", "-i", "target", "--", "cat"], Some(input));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, input);
+    let (code, out, _) = kubectl_exit(
+        &ns,
+        &["exec", "-i", "target", "--", "sh", "-c", "wc -l; exit 4"],
+        Some(input),
+    );
+    assert_eq!(code, 4);
+    assert_eq!(out.trim(), "2");
+}
+
+/// `kubectl exec -it` gets a terminal (kubectl needs one itself: `script` provides it).
+#[tokio::test]
+async fn kubectl_exec_with_a_tty() {
+    let ns = TestNamespace::new("exectty").await;
+    exec_target(&ns).await;
+    let kubeconfig = std::env::var("KUBECONFIG").expect("KUBECONFIG");
+    let cmd = format!(
+        "kubectl --kubeconfig {kubeconfig} -n {} exec -it target -- sh -c 'tty; exit 5'",
+        ns.name
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("script (util-linux) runs kubectl on a terminal");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("/dev/pts/"), "{text:?}");
+    assert_eq!(out.status.code(), Some(5), "{text:?}");
+}
+
+/// StatefulSet volumeClaimTemplates: the agent provisions a volume for each claim, Kubernetes'
+/// PV controller binds them (`kubectl get pvc` shows Bound), the data outlives the pod, and a
+/// deleted claim's volume is deleted too.
+#[tokio::test]
+async fn statefulset_claims_are_bound_and_outlive_their_pod() {
+    let ns = TestNamespace::new("pvc").await;
+    ns.apply(
+        r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: web}
+spec:
+  serviceName: web
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      securityContext: {runAsUser: 1000, runAsGroup: 1000, fsGroup: 1000}
+      containers:
+      - name: main
+        image: busybox
+        command: [sh, -c, 'echo start >> /data/starts; exec sleep 3600']
+        volumeMounts: [{name: data, mountPath: /data}]
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 2Gi}}}
+"#,
+    );
+    let pvc = "data-web-0";
+    let api: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(ns.client.clone(), &ns.name);
+    let bound = wait_for(T, "the claim to be Bound", || async {
+        api.get_opt(pvc)
+            .await
+            .ok()
+            .flatten()
+            .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+    })
+    .await;
+    let st = bound.status.unwrap();
+    assert_eq!(st.capacity.unwrap()["storage"].0, "2Gi");
+    assert_eq!(st.access_modes.unwrap(), ["ReadWriteOnce"]);
+    let volume = bound.spec.unwrap().volume_name.unwrap();
+    assert_eq!(
+        ns.kubectl(&["get", "pvc", pvc, "-o", "jsonpath={.status.phase}"]),
+        "Bound"
+    );
+    ns.kubectl(&[
+        "wait",
+        "--for=condition=ready",
+        "pod/web-0",
+        "--timeout=60s",
+    ]);
+    ns.kubectl(&["delete", "pod", "web-0", "--wait=true"]);
+    let pods: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
+    wait_until(T, "the StatefulSet's new pod to run", || async {
+        pods.get_opt("web-0").await.ok().flatten().is_some_and(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.status.and_then(|s| s.phase).as_deref() == Some("Running")
+        })
+    })
+    .await;
+    wait_until(T, "the second start to be recorded", || async {
+        let (_, out, _) = ns.kubectl_result(&["exec", "web-0", "--", "cat", "/data/starts"]);
+        out == "start\nstart\n"
+    })
+    .await;
+
+    ns.kubectl(&["delete", "statefulset", "web", "--wait=true"]);
+    ns.kubectl(&["delete", "pvc", pvc]);
+    let pvs: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(ns.client.clone());
+    wait_until(T, "the released volume to be deleted", || async {
+        matches!(pvs.get_opt(&volume).await, Ok(None))
+    })
+    .await;
+}
