@@ -155,8 +155,11 @@ pub struct OperationOptions {
 #[serde(rename_all = "camelCase")]
 pub struct RunPlan {
     /// The Update's name, namespace and UID (the outputs Secret is owned by the Update).
+    /// Empty in a [`WorkspacePlan`], which has no Update.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub update_name: String,
     pub namespace: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub update_uid: String,
     pub operation: Operation,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -164,7 +167,9 @@ pub struct RunPlan {
     pub stack: StackPlan,
     #[serde(default)]
     pub options: OperationOptions,
-    /// The Secret to write the stack outputs into (`<update>-stack-outputs`).
+    /// The Secret to write the stack outputs into (`<update>-stack-outputs`); empty in a
+    /// [`WorkspacePlan`].
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub outputs_secret: String,
     /// Labels to put on the outputs Secret (e.g. `pulumi.com/stack-name`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -172,6 +177,40 @@ pub struct RunPlan {
     /// Verbosity of Pulumi's own logs (`-v`), 0 for none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pulumi_log_level: Option<u32>,
+}
+
+/// The name of the plan Secret of a retained workspace (`<workspace>-workspace-plan`).
+pub fn workspace_plan_secret_name(workspace: &str) -> String {
+    format!("{workspace}-workspace-plan")
+}
+
+/// The key, in a retained workspace's plan Secret, of a Program's rendered `Pulumi.yaml` (the
+/// plan's `Source::Program` then names `<PLAN_DIR>/<this>`).
+pub const WORKSPACE_PROGRAM_KEY: &str = "Pulumi.yaml";
+
+/// The plan of a retained workspace pod (`workspaceReclaimPolicy: Retain`), written by the
+/// Workspace controller into the Secret `<workspace>-workspace-plan` and mounted at
+/// [`PLAN_FILE`] like an Update's plan: the source and the stack to prepare, in a [`RunPlan`]
+/// without an Update (the update fields are empty; `operation` is never run), plus
+/// `workspace`, which `pulumi-runner workspace` requires. `pulumi-runner fetch` reads the same
+/// file as a plain `RunPlan` (unknown fields are ignored).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspacePlan {
+    #[serde(flatten)]
+    pub plan: RunPlan,
+    pub workspace: RetainedWorkspace,
+}
+
+/// What identifies a retained workspace in its plan.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RetainedWorkspace {
+    /// The Workspace's name (the StatefulSet is `<name>-workspace`).
+    pub name: String,
+    /// The source revision the workspace holds (a commit, or an artifact or Program digest).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub revision: String,
 }
 
 /// How the run ended.
@@ -339,6 +378,45 @@ mod tests {
         assert!(text.contains(r#""kind":"git""#), "{text}");
         assert!(text.contains(r#""operation":"up""#), "{text}");
         assert_eq!(serde_json::from_str::<RunPlan>(&text).unwrap(), plan);
+    }
+
+    #[test]
+    fn workspace_plan_is_a_run_plan_without_an_update() {
+        let plan = WorkspacePlan {
+            plan: RunPlan {
+                update_name: String::new(),
+                namespace: "ns".into(),
+                update_uid: String::new(),
+                operation: Operation::Preview,
+                source: Some(Source::Program {
+                    file: format!("{PLAN_DIR}/{WORKSPACE_PROGRAM_KEY}"),
+                }),
+                stack: StackPlan {
+                    name: "dev".into(),
+                    create: true,
+                    ..Default::default()
+                },
+                options: OperationOptions::default(),
+                outputs_secret: String::new(),
+                outputs_labels: BTreeMap::new(),
+                pulumi_log_level: None,
+            },
+            workspace: RetainedWorkspace {
+                name: "app".into(),
+                revision: "sha256:abc".into(),
+            },
+        };
+        let text = serde_json::to_string(&plan).unwrap();
+        assert!(!text.contains("updateName"), "{text}");
+        assert!(!text.contains("outputsSecret"), "{text}");
+        assert_eq!(serde_json::from_str::<WorkspacePlan>(&text).unwrap(), plan);
+        // `fetch` reads it as a RunPlan.
+        let run: RunPlan = serde_json::from_str(&text).unwrap();
+        assert_eq!(run, plan.plan);
+        // An Update's plan is not a workspace plan.
+        let update_plan = serde_json::to_string(&plan.plan).unwrap();
+        assert!(serde_json::from_str::<WorkspacePlan>(&update_plan).is_err());
+        assert_eq!(workspace_plan_secret_name("app"), "app-workspace-plan");
     }
 
     #[test]
