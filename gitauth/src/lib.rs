@@ -299,6 +299,7 @@ impl std::fmt::Debug for Session {
 impl Session {
     /// Prepares `creds` for `url` (blocking: a GitHub App exchange is an HTTP call).
     pub fn prepare(creds: &Credentials, url: &str) -> Result<Session, String> {
+        ensure_crypto_provider();
         let mut redactor = redact::Redactor::default();
         for v in creds.secret_values() {
             redactor.add(v);
@@ -413,7 +414,41 @@ impl Session {
     /// A clear description of an authentication failure, or `None` when `message` (a git
     /// error) is not about authentication. The result is redacted.
     pub fn explain(&self, flags: &AuthFlags, message: &str) -> Option<String> {
-        let message = self.redact(message);
+        let mut message = self.redact(message);
+        if let Some(files) = &self.ssh {
+            let said = files.stderr();
+            if !said.is_empty() {
+                message = format!("{message} (ssh: {})", self.redact(&said));
+            }
+        }
+        let denied = message.contains("Permission denied") || message.contains("permission denied");
+        if let Some(files) = &self.ssh {
+            if message.contains("Host key verification failed")
+                || message.contains("REMOTE HOST IDENTIFICATION HAS CHANGED")
+                || message.contains("host key for")
+            {
+                return Some(format!(
+                    "the SSH server's host key does not match the known_hosts of the credentials \
+                     Secret: {message}"
+                ));
+            }
+            // gitoxide asks for credentials when ssh reports an authentication failure.
+            if denied || flags.asked() || flags.rejected() {
+                let hint = if files.has_passphrase() {
+                    " (or the key's passphrase is wrong)"
+                } else {
+                    ""
+                };
+                return Some(format!("the SSH server rejected the key{hint}: {message}"));
+            }
+            if message.contains("ssh: not found") || message.contains("ssh: No such file") {
+                return Some(format!(
+                    "the ssh program is not installed in this image (SSH repositories need \
+                     OpenSSH's client): {message}"
+                ));
+            }
+            return None;
+        }
         if flags.rejected() {
             return Some(format!(
                 "the server rejected the credentials ({}): {message}",
@@ -421,35 +456,16 @@ impl Session {
             ));
         }
         if flags.asked() && self.http.is_none() {
-            return Some(if self.ssh.is_some() {
-                format!("the server requires HTTP credentials, and an SSH key was given: {message}")
-            } else {
+            return Some(
                 "the server requires authentication, and no credentials were given \
                  (set gitAuth, or gitAuthSecret, on the Stack)"
-                    .to_string()
-            });
+                    .to_string(),
+            );
         }
-        if message.contains("Host key verification failed")
-            || message.contains("REMOTE HOST IDENTIFICATION HAS CHANGED")
-        {
+        if denied {
             return Some(format!(
-                "the SSH server's host key does not match the known_hosts of the credentials \
-                 Secret: {message}"
-            ));
-        }
-        if message.contains("Permission denied") || message.contains("permission denied") {
-            return Some(if self.ssh.is_some() {
-                format!("the SSH server rejected the key ({}): {message}", self.kind)
-            } else {
-                format!(
-                    "the SSH server refused access, and no SSH key was given \
-                     (gitAuth.sshAuth): {message}"
-                )
-            });
-        }
-        if message.contains("incorrect passphrase") || message.contains("bad passphrase") {
-            return Some(format!(
-                "the SSH key's passphrase is wrong (gitAuth.sshAuth.password): {message}"
+                "the SSH server refused access, and no SSH key was given \
+                 (gitAuth.sshAuth): {message}"
             ));
         }
         None

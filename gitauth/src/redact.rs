@@ -12,7 +12,13 @@ pub fn urls(text: &str) -> String {
             .find(|c: char| c == '/' || c.is_whitespace() || c == '"' || c == '\'')
             .unwrap_or(after.len());
         let authority = &after[..end];
+        // An SSH user name (`ssh://git@host`) is not a secret; anything else before '@' may be.
+        let ssh_user = before.ends_with("ssh://")
+            && authority
+                .rfind('@')
+                .is_some_and(|at| !authority[..at].contains(':'));
         match authority.rfind('@') {
+            Some(_) if ssh_user => out.push_str(authority),
             Some(at) => {
                 out.push_str("***@");
                 out.push_str(&authority[at + 1..]);
@@ -76,7 +82,9 @@ mod tests {
             urls("cannot fetch https://user:pa55@example.com/r.git at x"),
             "cannot fetch https://***@example.com/r.git at x"
         );
-        assert_eq!(urls("ssh://git@h:22/r"), "ssh://***@h:22/r");
+        assert_eq!(urls("ssh://git@h:22/r"), "ssh://git@h:22/r");
+        assert_eq!(urls("ssh://git:pw@h:22/r"), "ssh://***@h:22/r");
+        assert_eq!(urls("https://tok@h/r"), "https://***@h/r");
         assert_eq!(urls("no url"), "no url");
     }
 

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 pub struct SshFiles {
     dir: tempfile::TempDir,
     command: String,
+    passphrase: bool,
 }
 
 impl std::fmt::Debug for SshFiles {
@@ -125,6 +126,7 @@ impl SshFiles {
              \x20 PasswordAuthentication no\n\
              \x20 KbdInteractiveAuthentication no\n\
              \x20 BatchMode {batch}\n\
+             \x20 NumberOfPasswordPrompts 1\n\
              \x20 ConnectTimeout 30\n\
              \x20 ServerAliveInterval 15\n\
              \x20 ServerAliveCountMax 4\n\
@@ -134,8 +136,33 @@ impl SshFiles {
             batch = if passphrase.is_some() { "no" } else { "yes" },
         );
         write_private(&root.join("config"), config.as_bytes(), 0o600)?;
-        command.push_str(&format!("ssh -F '{}'", p("config")?));
-        Ok(SshFiles { dir, command })
+        // ssh's own messages go to a file of the session, read by `Session::explain` (gitoxide
+        // would recognise only some of them and print the others on our stderr).
+        command.push_str(&format!(
+            "ssh -F '{}' \"$@\" 2>>'{}'",
+            p("config")?,
+            p("ssh.log")?
+        ));
+        Ok(SshFiles {
+            dir,
+            command,
+            passphrase: passphrase.is_some(),
+        })
+    }
+
+    /// What ssh printed on its standard error (the last lines).
+    pub fn stderr(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.path().join("ssh.log")).unwrap_or_default();
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        lines[lines.len().saturating_sub(5)..].join("; ")
+    }
+
+    pub fn has_passphrase(&self) -> bool {
+        self.passphrase
     }
 
     /// The command for `core.sshCommand` (run through `sh`).
@@ -173,7 +200,10 @@ mod tests {
         assert!(config.contains("StrictHostKeyChecking yes"), "{config}");
         assert!(config.contains("BatchMode yes"), "{config}");
         assert!(!f.command().contains("secretbody"));
-        assert_eq!(f.command(), format!("ssh -F '{}/config'", dir.display()));
+        assert_eq!(
+            f.command(),
+            format!("ssh -F '{0}/config' \"$@\" 2>>'{0}/ssh.log'", dir.display())
+        );
         drop(f);
         assert!(!dir.exists());
     }

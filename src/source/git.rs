@@ -200,4 +200,134 @@ mod tests {
         assert!(ls_remote_blocking("file:///does/not/exist", "main", &Credentials::None).is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    struct Scratch(std::path::PathBuf);
+    impl Scratch {
+        fn new(name: &str) -> Scratch {
+            let p = std::env::temp_dir().join(format!("ls-remote-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir_all(&p).unwrap();
+            Scratch(p)
+        }
+        fn path(&self) -> &std::path::Path {
+            &self.0
+        }
+    }
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn repo_with_a_commit(root: &std::path::Path) -> (test_support::GitRepo, String) {
+        let repo = test_support::GitRepo::new(root, "app");
+        let sha = repo.commit(&[("Pulumi.yaml", "name: app\nruntime: yaml\n")], "one");
+        (repo, sha)
+    }
+
+    #[test]
+    fn http_basic_auth_and_tokens() {
+        let root = Scratch::new("http");
+        let (_repo, sha) = repo_with_a_commit(root.path());
+        let server = test_support::LoggedGitServer::start(
+            root.path(),
+            &[
+                "--user",
+                "alice",
+                "--password",
+                "pw-123456",
+                "--token",
+                "tok-abcdef",
+            ],
+        );
+        let url = format!("{}/app.git", server.url);
+        let basic = |u: &str, p: &str| Credentials::Basic {
+            username: u.into(),
+            password: p.into(),
+        };
+        assert_eq!(
+            ls_remote_blocking(&url, "main", &basic("alice", "pw-123456")).unwrap(),
+            sha
+        );
+        assert_eq!(
+            ls_remote_blocking(&url, "main", &Credentials::token("tok-abcdef")).unwrap(),
+            sha
+        );
+        let e = ls_remote_blocking(&url, "main", &basic("alice", "wrong-pw-999")).unwrap_err();
+        assert!(e.contains("rejected the credentials (basic auth)"), "{e}");
+        assert!(e.contains(&url), "{e}");
+        assert!(!e.contains("wrong-pw-999"), "{e}");
+        let e = ls_remote_blocking(&url, "main", &Credentials::None).unwrap_err();
+        assert!(e.contains("requires authentication"), "{e}");
+        // Credentials in the URL never reach the message.
+        let with_creds = url.replace("http://", "http://alice:url-pw-777@");
+        let e = ls_remote_blocking(&with_creds, "nope", &Credentials::None).unwrap_err();
+        assert!(!e.contains("url-pw-777"), "{e}");
+    }
+
+    #[test]
+    fn ssh_keys_known_hosts_and_passphrases() {
+        let root = Scratch::new("ssh");
+        let (repo, sha) = repo_with_a_commit(root.path());
+        let sshd = test_support::SshServer::start(&root.path().join("sshd"));
+        let keys = root.path().join("keys");
+        let (private, public) = test_support::ssh_key_pair(&keys, "deploy", "");
+        let (locked, locked_pub) = test_support::ssh_key_pair(&keys, "locked", "open sesame");
+        let (stranger, _) = test_support::ssh_key_pair(&keys, "stranger", "");
+        sshd.authorize(&public);
+        sshd.authorize(&locked_pub);
+        let url = sshd.url(&repo.bare);
+        let ssh = |key: &str, pass: Option<&str>, hosts: Option<String>| Credentials::Ssh {
+            private_key: key.into(),
+            passphrase: pass.map(Into::into),
+            known_hosts: hosts,
+        };
+        // With the server's known_hosts, and accepting a new host key without it.
+        assert_eq!(
+            ls_remote_blocking(&url, "main", &ssh(&private, None, Some(sshd.known_hosts())))
+                .unwrap(),
+            sha,
+            "{}",
+            sshd.log()
+        );
+        assert_eq!(
+            ls_remote_blocking(&url, "main", &ssh(&private, None, None)).unwrap(),
+            sha
+        );
+        // A passphrase-protected key.
+        assert_eq!(
+            ls_remote_blocking(&url, "main", &ssh(&locked, Some("open sesame"), None)).unwrap(),
+            sha,
+            "{}",
+            sshd.log()
+        );
+        // A key the server does not know.
+        let e = ls_remote_blocking(&url, "main", &ssh(&stranger, None, None)).unwrap_err();
+        assert!(e.contains("rejected the key"), "{e}");
+        let body: Vec<&str> = stranger
+            .lines()
+            .filter(|l| !l.starts_with("-----"))
+            .collect();
+        assert!(body.iter().all(|l| !e.contains(l)), "{e}");
+        // A different host key in known_hosts.
+        let wrong_hosts = format!(
+            "[127.0.0.1]:{} {}",
+            sshd.port,
+            public
+                .split_whitespace()
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        let e =
+            ls_remote_blocking(&url, "main", &ssh(&private, None, Some(wrong_hosts))).unwrap_err();
+        assert!(e.contains("host key"), "{e}");
+        // A wrong passphrase.
+        let e = ls_remote_blocking(&url, "main", &ssh(&locked, Some("wrong-pass-1"), None))
+            .unwrap_err();
+        assert!(!e.contains("wrong-pass-1"), "{e}");
+        // No key for an SSH URL: refused, clearly.
+        let e = ls_remote_blocking(&url, "main", &Credentials::token("t")).unwrap_err();
+        assert!(e.contains("SSH URL"), "{e}");
+    }
 }

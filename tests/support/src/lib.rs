@@ -549,3 +549,480 @@ spec:
         .await
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Git authentication (tests/e2e_sources.rs and the runner's fetch tests): a git HTTP server
+// that requires credentials and logs its requests, a real OpenSSH server, key generation, and a
+// stand-in of GitHub's installation-token API.
+// ---------------------------------------------------------------------------------------------
+
+/// The loopback git HTTP server (tests/git-http-server.py) with extra arguments (`--user U
+/// --password P`, `--token T`) and its request log (one line per request); stopped on drop.
+pub struct LoggedGitServer {
+    pub url: String,
+    child: std::process::Child,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl LoggedGitServer {
+    pub fn start(root: &std::path::Path, args: &[&str]) -> LoggedGitServer {
+        use std::io::BufRead;
+        let script = repo_root().join("tests/git-http-server.py");
+        let mut child = Command::new("python3")
+            .arg(&script)
+            .arg("--root")
+            .arg(root)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", script.display()));
+        let mut first = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut first)
+            .expect("server's first line");
+        let url = first.trim().to_string();
+        assert!(
+            url.starts_with("http://"),
+            "unexpected first line: {first:?}"
+        );
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = log.clone();
+        let stderr = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Ok(mut l) = sink.lock() {
+                    l.push(line);
+                }
+            }
+        });
+        LoggedGitServer { url, child, log }
+    }
+
+    /// The request lines logged so far.
+    pub fn requests(&self) -> Vec<String> {
+        self.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// How many logged requests contain every one of `needles`.
+    pub fn count(&self, needles: &[&str]) -> usize {
+        self.requests()
+            .iter()
+            .filter(|l| needles.iter().all(|n| l.contains(n)))
+            .count()
+    }
+
+    /// Reference advertisements of `repo` (one per ls-remote or clone), by status code.
+    pub fn advertisements(&self, repo: &str, status: &str) -> usize {
+        self.count(&[
+            &format!("GET /{repo}/info/refs?service=git-upload-pack"),
+            &format!("\" {status} "),
+        ])
+    }
+}
+
+impl Drop for LoggedGitServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run_tool(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A new SSH key pair (`ssh-keygen -t ed25519`, OpenSSH format; `passphrase` may be empty):
+/// (private key, public key line).
+pub fn ssh_key_pair(dir: &std::path::Path, name: &str, passphrase: &str) -> (String, String) {
+    std::fs::create_dir_all(dir).expect("key dir");
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(path.with_extension("pub"));
+    let p = path.to_str().expect("utf-8 path");
+    run_tool(
+        "ssh-keygen",
+        &["-q", "-t", "ed25519", "-N", passphrase, "-C", name, "-f", p],
+    );
+    (
+        std::fs::read_to_string(&path).expect("private key"),
+        std::fs::read_to_string(format!("{p}.pub")).expect("public key"),
+    )
+}
+
+/// A new 2048-bit RSA key as a GitHub App has: (PKCS#1 PEM, path of the public key PEM).
+pub fn rsa_key_pair(dir: &std::path::Path, name: &str) -> (String, PathBuf) {
+    std::fs::create_dir_all(dir).expect("key dir");
+    let private = dir.join(format!("{name}.pem"));
+    let public = dir.join(format!("{name}.pub.pem"));
+    let (pr, pu) = (private.to_str().unwrap(), public.to_str().unwrap());
+    run_tool("openssl", &["genrsa", "-traditional", "-out", pr, "2048"]);
+    run_tool("openssl", &["rsa", "-in", pr, "-pubout", "-out", pu]);
+    (std::fs::read_to_string(&private).expect("key"), public)
+}
+
+/// Makes sure `getpwuid(uid)` succeeds on this machine: OpenSSH's `ssh` refuses to run for a
+/// uid without a passwd entry. Container images provide it (distroless `nonroot` is 65532, our
+/// runner image has 1000 and 65532); the test cluster's pods run on this machine, so the
+/// entry is added here when missing (needs root).
+pub fn ensure_passwd_entry(uid: u32, name: &str) {
+    let known = Command::new("getent")
+        .args(["passwd", &uid.to_string()])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if known {
+        return;
+    }
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open("/etc/passwd")
+        .unwrap_or_else(|e| panic!("ssh needs a passwd entry for uid {uid}; adding one: {e}"));
+    writeln!(
+        f,
+        "{name}:x:{uid}:{uid}:{name}:/nonexistent:/usr/sbin/nologin"
+    )
+    .expect("write /etc/passwd");
+    eprintln!("added a passwd entry for uid {uid} ({name}) so that ssh can run as it");
+}
+
+/// A real OpenSSH server (`/usr/sbin/sshd` from Debian's openssh-server) on a free loopback
+/// port, with its own host key and authorized_keys in `dir`; `git-upload-pack` serves the bare
+/// repositories over it. Stopped (by pid) on drop.
+pub struct SshServer {
+    pub port: u16,
+    pub user: String,
+    dir: PathBuf,
+    child: std::process::Child,
+    host_public_key: String,
+}
+
+impl SshServer {
+    pub fn start(dir: &std::path::Path) -> SshServer {
+        let sshd = PathBuf::from("/usr/sbin/sshd");
+        assert!(
+            sshd.exists(),
+            "these tests need OpenSSH's server: apt-get install -y openssh-server"
+        );
+        std::fs::create_dir_all(dir).expect("sshd dir");
+        // The privilege-separation directory sshd insists on.
+        let _ = std::fs::create_dir_all("/run/sshd");
+        let host_key = dir.join("host_ed25519");
+        if !host_key.exists() {
+            run_tool(
+                "ssh-keygen",
+                &[
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-f",
+                    host_key.to_str().unwrap(),
+                ],
+            );
+        }
+        let host_public_key = std::fs::read_to_string(host_key.with_extension("pub"))
+            .expect("host public key")
+            .split_whitespace()
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let authorized = dir.join("authorized_keys");
+        if !authorized.exists() {
+            std::fs::write(&authorized, "").expect("authorized_keys");
+        }
+        let user = String::from_utf8_lossy(
+            &Command::new("id")
+                .arg("-un")
+                .output()
+                .expect("id -un")
+                .stdout,
+        )
+        .trim()
+        .to_string();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let config = dir.join("sshd_config");
+        std::fs::write(
+            &config,
+            format!(
+                "Port {port}\nListenAddress 127.0.0.1\nHostKey {hk}\nPidFile {pid}\n\
+                 AuthorizedKeysFile {ak}\nStrictModes no\nUsePAM no\nPubkeyAuthentication yes\n\
+                 PasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+                 PermitRootLogin prohibit-password\nAllowUsers {user}\nLogLevel VERBOSE\n\
+                 MaxStartups 100:30:200\nMaxSessions 100\n",
+                hk = host_key.display(),
+                pid = dir.join("sshd.pid").display(),
+                ak = authorized.display(),
+            ),
+        )
+        .expect("sshd_config");
+        let log = std::fs::File::create(dir.join("sshd.log")).expect("sshd log");
+        let child = Command::new(&sshd)
+            .args(["-D", "-e", "-f"])
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting sshd");
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "sshd did not listen on port {port}: {}",
+                std::fs::read_to_string(dir.join("sshd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        SshServer {
+            port,
+            user,
+            dir: dir.to_path_buf(),
+            child,
+            host_public_key,
+        }
+    }
+
+    /// Allows a public key (a line of `ssh_key_pair`).
+    pub fn authorize(&self, public_key: &str) {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.join("authorized_keys"))
+            .expect("authorized_keys");
+        writeln!(f, "{}", public_key.trim()).expect("write authorized_keys");
+    }
+
+    /// The `ssh://` URL of a bare repository on this server.
+    pub fn url(&self, bare: &std::path::Path) -> String {
+        format!(
+            "ssh://{}@127.0.0.1:{}{}",
+            self.user,
+            self.port,
+            bare.display()
+        )
+    }
+
+    /// The `known_hosts` line for this server.
+    pub fn known_hosts(&self) -> String {
+        format!("[127.0.0.1]:{} {}\n", self.port, self.host_public_key)
+    }
+
+    /// sshd's log (authentication successes and failures).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("sshd.log")).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for SshServer {
+    fn drop(&mut self) {
+        // By pid: only the server this test started.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn base64url_decode(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in text.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'-' => 62,
+            b'_' => 63,
+            _ => return None,
+        } as u32;
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+/// Checks a GitHub App JWT the way GitHub does: RS256 signature by the app's key (verified by
+/// `openssl dgst`), `iss` = the app ID, `iat` in the past, `exp` in the future and at most
+/// ten minutes after `iat` + 60 s. The error says what is wrong.
+pub fn verify_github_app_jwt(
+    jwt: &str,
+    public_key_pem: &std::path::Path,
+    app_id: &str,
+) -> Result<(), String> {
+    let parts: Vec<&str> = jwt.split('.').collect();
+    let [h, p, s] = parts.as_slice() else {
+        return Err("not a JWT".into());
+    };
+    let header: serde_json::Value =
+        serde_json::from_slice(&base64url_decode(h).ok_or("header is not base64url")?)
+            .map_err(|e| format!("header: {e}"))?;
+    if header["alg"] != "RS256" {
+        return Err(format!("alg is {}", header["alg"]));
+    }
+    let claims: serde_json::Value =
+        serde_json::from_slice(&base64url_decode(p).ok_or("payload is not base64url")?)
+            .map_err(|e| format!("payload: {e}"))?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let (iat, exp) = (
+        claims["iat"].as_i64().ok_or("no iat")?,
+        claims["exp"].as_i64().ok_or("no exp")?,
+    );
+    let iss = match &claims["iss"] {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    if iss != app_id {
+        return Err(format!("iss is {iss}, not {app_id}"));
+    }
+    if iat > now || exp <= now || exp - iat > 660 {
+        return Err(format!("bad times: iat {iat}, exp {exp}, now {now}"));
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "jwt-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("input"), format!("{h}.{p}")).map_err(|e| e.to_string())?;
+    std::fs::write(
+        dir.join("sig"),
+        base64url_decode(s).ok_or("signature is not base64url")?,
+    )
+    .map_err(|e| e.to_string())?;
+    let out = Command::new("openssl")
+        .args(["dgst", "-sha256", "-verify"])
+        .arg(public_key_pem)
+        .arg("-signature")
+        .arg(dir.join("sig"))
+        .arg(dir.join("input"))
+        .output()
+        .map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_dir_all(&dir);
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err("the signature does not verify with the app's public key".into())
+    }
+}
+
+/// A loopback stand-in of GitHub's API for GitHub Apps: `POST
+/// /app/installations/{installation}/access_tokens` with a valid JWT of the app answers 201
+/// with `token`; anything else 401/404 with GitHub's error shape.
+pub struct GitHubApiStandIn {
+    pub url: String,
+    pub issued: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    pub refused: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl GitHubApiStandIn {
+    pub fn start(
+        public_key_pem: PathBuf,
+        app_id: &str,
+        installation_id: &str,
+        token: &str,
+    ) -> GitHubApiStandIn {
+        use std::io::{BufRead, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let issued = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let refused = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (app_id, token) = (app_id.to_string(), token.to_string());
+        let path = format!("/app/installations/{installation_id}/access_tokens");
+        let (issued_c, refused_c) = (issued.clone(), refused.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut reader = std::io::BufReader::new(match stream.try_clone() {
+                    Ok(s) => s,
+                    Err(_) => continue,
+                });
+                let mut request_line = String::new();
+                if reader.read_line(&mut request_line).is_err() {
+                    continue;
+                }
+                let (mut bearer, mut length) = (None, 0usize);
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(v) = lower.strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                    if lower.starts_with("authorization: bearer ") {
+                        bearer = Some(line["authorization: bearer ".len()..].trim().to_string());
+                    }
+                }
+                let mut body = vec![0u8; length];
+                let _ = reader.read_exact(&mut body);
+                let mut parts = request_line.split_whitespace();
+                let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+                let (status, reply) = if method != "POST" || target != path {
+                    ("404 Not Found", serde_json::json!({"message": "Not Found"}))
+                } else {
+                    match bearer
+                        .as_deref()
+                        .ok_or_else(|| "no bearer token".to_string())
+                        .and_then(|jwt| verify_github_app_jwt(jwt, &public_key_pem, &app_id))
+                    {
+                        Ok(()) => {
+                            issued_c.fetch_add(1, Ordering::SeqCst);
+                            (
+                                "201 Created",
+                                serde_json::json!({"token": token, "expires_at": "2099-01-01T00:00:00Z"}),
+                            )
+                        }
+                        Err(why) => {
+                            if let Ok(mut r) = refused_c.lock() {
+                                r.push(why.clone());
+                            }
+                            (
+                                "401 Unauthorized",
+                                serde_json::json!({"message": format!("A JSON web token could not be decoded ({why})")}),
+                            )
+                        }
+                    }
+                };
+                let text = reply.to_string();
+                let mut stream = stream;
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                    text.len()
+                );
+            }
+        });
+        GitHubApiStandIn {
+            url,
+            issued,
+            refused,
+        }
+    }
+}
