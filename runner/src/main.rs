@@ -8,6 +8,8 @@ use pulumi_runner::{bootstrap, fetch, plan, run, signals};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod workspace;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "pulumi-runner",
@@ -40,6 +42,15 @@ enum Command {
     Fetch(Common),
     /// Run the operation with the pulumi CLI found on PATH.
     Run(Common),
+    /// Retained workspace (workspaceReclaimPolicy: Retain): prepare the stack as `run` does
+    /// (install, select, config), run no operation, and stay up until SIGTERM for kubectl exec.
+    Workspace {
+        /// Only report whether the workspace is prepared (exit 0) — the readiness probe.
+        #[arg(long)]
+        check: bool,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Print the version.
     Version,
 }
@@ -64,6 +75,16 @@ fn main() -> ExitCode {
             }
             Err(f) => f.into_result(),
         },
+        Command::Workspace { check, common } => {
+            let layout = Layout::new(&common.share);
+            if check {
+                return workspace::check(&layout);
+            }
+            match workspace::load(&common.plan) {
+                Ok(p) => workspace_async(&p, &layout),
+                Err(f) => f.into_result(),
+            }
+        }
         Command::Run(common) => match plan::load(&common.plan) {
             Ok(p) => run_async(&p, &Layout::new(&common.share)),
             Err(f) => f.into_result(),
@@ -98,5 +119,34 @@ fn run_async(
             }
         };
         run::run(p, layout, &run::RunOptions::from_env(), signals).await
+    })
+}
+
+fn workspace_async(
+    p: &pulumi_operator_api::plan::WorkspacePlan,
+    layout: &Layout,
+) -> pulumi_operator_api::plan::RunResult {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            return pulumi_runner::error::Failure::new(
+                pulumi_operator_api::plan::FailureReason::UpdateFailed,
+                format!("cannot start the runtime: {e}"),
+            )
+            .into_result()
+        }
+    };
+    runtime.block_on(async {
+        let signals = match signals::Signals::install() {
+            Ok(s) => s,
+            Err(e) => {
+                report::log(format!("cannot install signal handlers: {e}"));
+                signals::Signals::none()
+            }
+        };
+        workspace::serve(p, layout, std::path::Path::new("pulumi"), signals).await
     })
 }
