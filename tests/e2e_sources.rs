@@ -701,7 +701,7 @@ async fn two_hundred_stacks_tracking_one_branch_share_one_ls_remote_per_interval
         if same_pods && !m0.is_empty() {
             let counted: u64 =
                 m1.iter().map(|p| p.1).sum::<u64>() - m0.iter().map(|p| p.1).sum::<u64>();
-            break (c1 - c0, counted);
+            break ((c1 - c0) as u64, counted);
         }
         assert!(
             attempts < 4,
