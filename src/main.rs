@@ -13,6 +13,7 @@ mod source;
 mod stack;
 mod telemetry;
 mod update;
+mod workspace;
 
 use anyhow::Context as _;
 use clap::Parser;

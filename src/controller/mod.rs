@@ -10,8 +10,9 @@ use crate::context::{Context, Stores};
 use crate::error::{backoff, Error};
 use futures::Stream;
 use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::NamespaceResourceScope;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -248,8 +249,10 @@ fn run_in(
         return (Vec::new(), reflector::store().0, programs);
     };
 
-    let (stacks, mut stack_subs, stack_driver) = shared(api::<Stack>(client, ns), wc(), 2);
-    let (Some(stack_primary), Some(stack_dependents)) = (stack_subs.pop(), stack_subs.pop()) else {
+    let (stacks, mut stack_subs, stack_driver) = shared(api::<Stack>(client, ns), wc(), 3);
+    let (Some(stack_primary), Some(stack_dependents), Some(stack_workspaces)) =
+        (stack_subs.pop(), stack_subs.pop(), stack_subs.pop())
+    else {
         tracing::error!("shared watch streams gave no subscription; controllers not started");
         return (Vec::new(), stacks, programs);
     };
@@ -371,11 +374,46 @@ fn run_in(
         .for_each(|_| async {})
         .boxed();
 
+    // Retained workspaces (workspaceReclaimPolicy Retain): their StatefulSets and cache claims
+    // (ours only, by label) trigger their Workspace, and so does a change of the owning Stack
+    // (same name), e.g. of its reclaim policy.
+    let workspace_parts = || {
+        watcher::Config::default().any_semantic().labels(&format!(
+            "{}={}",
+            pulumi_operator_api::names::AUTO_COMPONENT_LABEL,
+            pulumi_operator_api::names::AUTO_COMPONENT_WORKSPACE
+        ))
+    };
+    let (statefulsets, sts_events) = reflect(api::<StatefulSet>(client, ns), workspace_parts());
+    let (claims, claim_events) =
+        reflect(api::<PersistentVolumeClaim>(client, ns), workspace_parts());
+    let by_workspace = |o: &dyn ResourceLike| -> Option<ObjectRef<Workspace>> {
+        let name = o.label(pulumi_operator_api::names::WORKSPACE_NAME_LABEL)?;
+        Some(ObjectRef::new(name).within(o.ns()?))
+    };
+    let sts_triggers = sts_events.filter_map(move |s: StatefulSet| async move { by_workspace(&s) });
+    let claim_triggers =
+        claim_events.filter_map(move |c: PersistentVolumeClaim| async move { by_workspace(&c) });
+    let retained = Arc::new(workspace::RetainedStores {
+        statefulsets,
+        claims,
+    });
     let workspace_run = Controller::for_shared_stream(ws_primary, workspaces)
         .with_config(config.clone())
+        .reconcile_on(sts_triggers)
+        .reconcile_on(claim_triggers)
+        .watches_shared_stream(stack_workspaces, |s: Arc<Stack>| {
+            s.namespace()
+                .map(|ns| ObjectRef::<Workspace>::new(&s.name_any()).within(&ns))
+        })
         .graceful_shutdown_on(cancelled(shutdown.clone()))
         .run(
-            |o, c| instrumented("workspace", o, c, workspace::reconcile),
+            move |o, c| {
+                let retained = retained.clone();
+                instrumented("workspace", o, c, move |o, c| {
+                    workspace::reconcile(o, c, retained)
+                })
+            },
             error_policy::<Workspace>("workspace"),
             ctx.clone(),
         )

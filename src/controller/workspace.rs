@@ -1,30 +1,169 @@
-//! The Workspace controller. With `workspaceReclaimPolicy: Delete` a Workspace is only the
-//! template of its stack's Jobs: nothing runs for it, and it is Ready as soon as it is seen.
+//! The Workspace controller. A Workspace is the template of its stack's Jobs; what else exists
+//! for it follows the owning Stack's `workspaceReclaimPolicy`:
+//!
+//! - `Delete` (the default): nothing runs between operations. A StatefulSet and cache claim
+//!   left from `Retain` are deleted — once no unfinished update Job mounts the cache, so that
+//!   a Job started just before the switch still runs.
+//! - `Retain`: a StatefulSet `<ws>-workspace` keeps a warm workspace pod at the Workspace's
+//!   revision (the last one the Stack deployed), with its plan Secret and a cache claim that
+//!   update Jobs mount too (`crate::workspace::statefulset`). `status.address` names the pod
+//!   once the StatefulSet exists and its cache claim is bound: from then on update Jobs mount
+//!   the cache. The workspace is kept after failed operations too, for debugging.
+//!
+//! A Workspace without an owning Stack is a template only (as with `Delete`). Everything is
+//! read from watch caches; a write happens only when something must change.
 
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::{Error, Result};
+use crate::update::job::JobConfig;
+use crate::workspace::statefulset::{
+    self as retained, cache_claim_name, pod_name, statefulset_name, APPLIED_HASH_ANNOTATION,
+};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::ResourceExt;
-use pulumi_operator_api::{names, Workspace, WorkspaceStatus};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+use pulumi_operator_api::{names, Stack, Workspace, WorkspaceReclaimPolicy, WorkspaceStatus};
 use std::sync::Arc;
+use std::time::Duration;
+use tracing::{info, warn};
 
-pub fn desired_status(ws: &Workspace, now: &Time) -> WorkspaceStatus {
+/// While an update Job still mounts the cache of a workspace being reclaimed.
+const RECLAIM_RETRY: Duration = Duration::from_secs(10);
+/// After a StatefulSet was deleted to be recreated (an immutable field changed).
+const MIGRATE_RETRY: Duration = Duration::from_secs(5);
+/// When a Program source cannot be rendered yet.
+const PROGRAM_RETRY: Duration = Duration::from_secs(30);
+
+/// The watch caches of what retained workspaces are made of (label-selected: ours only).
+#[derive(Clone)]
+pub struct RetainedStores {
+    pub statefulsets: Store<StatefulSet>,
+    pub claims: Store<PersistentVolumeClaim>,
+}
+
+/// What the Workspace controller observed, for its status.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Observed {
+    /// Only the Jobs' template (`Delete`, or no owning Stack).
+    Template,
+    /// A retained workspace.
+    Retained {
+        /// The StatefulSet exists and its cache claim is bound: Jobs may mount the cache.
+        cache_bound: bool,
+        /// The StatefulSet has rolled out the current template.
+        rolled_out: bool,
+        /// A pod of the current template is ready.
+        ready: bool,
+        /// Why it cannot be built, if so.
+        problem: Option<String>,
+    },
+}
+
+/// The reclaim policy of the Workspace's owning Stack (`Delete` without one).
+pub fn policy(ws: &Workspace, stacks: &Store<Stack>) -> WorkspaceReclaimPolicy {
+    let ns = ws.namespace().unwrap_or_default();
+    ws.owner_references()
+        .iter()
+        .find(|o| o.kind == "Stack" && o.controller == Some(true))
+        .and_then(|o| {
+            stacks
+                .get(&ObjectRef::new(&o.name).within(&ns))
+                .filter(|s| s.uid().as_deref() == Some(o.uid.as_str()))
+        })
+        .map(|s| s.spec.reclaim_policy())
+        .unwrap_or(WorkspaceReclaimPolicy::Delete)
+}
+
+pub fn desired_status(ws: &Workspace, observed: &Observed, now: &Time) -> WorkspaceStatus {
     let old = ws.status.clone().unwrap_or_default();
+    let name = ws.name_any();
+    let pod = pod_name(&name);
+    let (ok, reason, message, address) = match observed {
+        Observed::Template => (
+            true,
+            names::WS_REASON_SUCCEEDED,
+            "ready: each operation runs as a Job built from this workspace".to_string(),
+            None,
+        ),
+        Observed::Retained {
+            problem: Some(p), ..
+        } => (
+            false,
+            names::WS_REASON_INITIALIZATION_FAILED,
+            p.clone(),
+            None,
+        ),
+        Observed::Retained {
+            cache_bound,
+            rolled_out,
+            ready,
+            problem: None,
+        } => {
+            let address = cache_bound.then(|| pod.clone());
+            if !cache_bound {
+                (
+                    false,
+                    names::WS_REASON_WAITING_FOR_REPLICAS,
+                    format!(
+                        "waiting for the cache volume claim {} to be bound (workspaceReclaimPolicy Retain \
+                         needs a default StorageClass)",
+                        cache_claim_name(&name)
+                    ),
+                    address,
+                )
+            } else if !rolled_out {
+                (
+                    false,
+                    names::WS_REASON_ROLLING_UPDATE,
+                    "Waiting for the statefulset to be updated".to_string(),
+                    address,
+                )
+            } else if !ready {
+                (
+                    false,
+                    names::WS_REASON_WAITING_FOR_REPLICAS,
+                    format!(
+                        "Waiting for the workspace pod to be available (kubectl logs {pod} -c pulumi)"
+                    ),
+                    address,
+                )
+            } else {
+                (
+                    true,
+                    names::WS_REASON_SUCCEEDED,
+                    format!(
+                        "the retained workspace pod {pod} is ready: kubectl exec -it {pod} -c pulumi -- sh"
+                    ),
+                    address,
+                )
+            }
+        }
+    };
+    let status = if ok {
+        names::STATUS_TRUE
+    } else {
+        names::STATUS_FALSE
+    };
     let keep = old
         .conditions
         .iter()
         .flatten()
-        .find(|c| c.type_ == names::CONDITION_READY && c.status == names::STATUS_TRUE)
+        .find(|c| c.type_ == names::CONDITION_READY && c.status == status)
         .map(|c| c.last_transition_time.clone());
     WorkspaceStatus {
         observed_generation: ws.metadata.generation,
+        address,
         conditions: Some(vec![Condition {
             type_: names::CONDITION_READY.into(),
-            status: names::STATUS_TRUE.into(),
-            reason: names::WS_REASON_SUCCEEDED.into(),
-            message: "ready: each operation runs as a Job built from this workspace".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
             last_transition_time: keep.unwrap_or_else(|| now.clone()),
             observed_generation: ws.metadata.generation,
         }]),
@@ -32,20 +171,411 @@ pub fn desired_status(ws: &Workspace, now: &Time) -> WorkspaceStatus {
     }
 }
 
-pub async fn reconcile(ws: Arc<Workspace>, ctx: Arc<Context>) -> Result<Action> {
+/// Whether a StatefulSet has rolled out its current template, and has a ready pod of it.
+pub fn rollout(sts: &StatefulSet) -> (bool, bool) {
+    let Some(st) = sts.status.as_ref() else {
+        return (false, false);
+    };
+    let observed = st.observed_generation.unwrap_or(0) >= sts.metadata.generation.unwrap_or(0);
+    let rolled =
+        observed && st.update_revision.is_some() && st.current_revision == st.update_revision;
+    (rolled, rolled && st.ready_replicas.unwrap_or(0) >= 1)
+}
+
+/// Whether an unfinished Job in `ns` mounts `claim`.
+pub fn claim_in_use(jobs: &[Arc<Job>], ns: &str, claim: &str) -> bool {
+    jobs.iter().any(|j| {
+        j.namespace().as_deref() == Some(ns)
+            && !job_finished(j)
+            && j.spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .and_then(|p| p.volumes.as_ref())
+                .is_some_and(|v| {
+                    v.iter().any(|v| {
+                        v.persistent_volume_claim
+                            .as_ref()
+                            .is_some_and(|c| c.claim_name == claim)
+                    })
+                })
+    })
+}
+
+fn job_finished(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+        })
+}
+
+async fn publish(ctx: &Context, ws: &Workspace, reason: &str, note: String) {
+    let event = Event {
+        type_: EventType::Normal,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &ws.object_ref(&())).await {
+        warn!("cannot record event {reason}: {e}");
+    }
+}
+
+pub async fn reconcile(
+    ws: Arc<Workspace>,
+    ctx: Arc<Context>,
+    stores: Arc<RetainedStores>,
+) -> Result<Action> {
     let ns = ws
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
-    let status = desired_status(&ws, &Time(jiff::Timestamp::now()));
+    if ws.metadata.deletion_timestamp.is_some() {
+        // The garbage collector removes the StatefulSet, its Secret and the claim.
+        return Ok(Action::await_change());
+    }
+    let name = ws.name_any();
+    let sts = stores
+        .statefulsets
+        .get(&ObjectRef::new(&statefulset_name(&name)).within(&ns));
+    let claim = stores
+        .claims
+        .get(&ObjectRef::new(&cache_claim_name(&name)).within(&ns));
+    let (observed, action) = match policy(&ws, &ctx.stores.stacks) {
+        WorkspaceReclaimPolicy::Retain => retain(&ws, &ctx, &ns, sts, claim).await?,
+        _ => (
+            Observed::Template,
+            reclaim(&ws, &ctx, &ns, sts, claim).await?,
+        ),
+    };
+    let status = desired_status(&ws, &observed, &Time(jiff::Timestamp::now()));
     if ws.status.as_ref() != Some(&status) {
         let api: Api<Workspace> = Api::namespaced(ctx.client.clone(), &ns);
         let patch = serde_json::json!({"apiVersion": "auto.pulumi.com/v1alpha1", "kind": "Workspace", "status": status});
         api.patch_status(
-            &ws.name_any(),
+            &name,
             &PatchParams::apply(FIELD_MANAGER).force(),
             &Patch::Apply(&patch),
         )
         .await?;
     }
+    Ok(action)
+}
+
+/// `Delete`: no StatefulSet, no cache claim — once no unfinished Job mounts the cache.
+async fn reclaim(
+    ws: &Workspace,
+    ctx: &Context,
+    ns: &str,
+    sts: Option<Arc<StatefulSet>>,
+    claim: Option<Arc<PersistentVolumeClaim>>,
+) -> Result<Action> {
+    let claim = claim.filter(|c| c.metadata.deletion_timestamp.is_none());
+    let sts = sts.filter(|s| s.metadata.deletion_timestamp.is_none());
+    if sts.is_none() && claim.is_none() {
+        return Ok(Action::await_change());
+    }
+    let claim_name = cache_claim_name(&ws.name_any());
+    if claim_in_use(&ctx.stores.jobs.state(), ns, &claim_name) {
+        info!(claim = %claim_name, "an update Job still mounts the cache; reclaiming the workspace after it");
+        return Ok(Action::requeue(RECLAIM_RETRY));
+    }
+    if let Some(sts) = sts {
+        let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), ns);
+        match api
+            .delete(&sts.name_any(), &DeleteParams::background())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+        info!(statefulset = %sts.name_any(), "retained workspace deleted (workspaceReclaimPolicy Delete)");
+        publish(
+            ctx,
+            ws,
+            names::EVENT_WORKSPACE_DELETED,
+            format!(
+                "StatefulSet {} deleted per reclaim policy Delete",
+                sts.name_any()
+            ),
+        )
+        .await;
+    }
+    if claim.is_some() {
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
+        match api.delete(&claim_name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+        info!(claim = %claim_name, "cache claim deleted (workspaceReclaimPolicy Delete)");
+    }
     Ok(Action::await_change())
+}
+
+/// The rendered Pulumi.yaml when the Workspace's source is a Program; `Err` names what is
+/// missing.
+fn program(ws: &Workspace, ctx: &Context, ns: &str) -> std::result::Result<Option<String>, String> {
+    let Some(url) = ws.spec.flux.as_ref().and_then(|f| f.url.as_deref()) else {
+        return Ok(None);
+    };
+    let Some(rest) = url.strip_prefix(crate::stack::objects::PROGRAM_SCHEME) else {
+        return Ok(None);
+    };
+    let program = rest.rsplit('/').next().unwrap_or_default();
+    let p = ctx
+        .stores
+        .programs
+        .get(&ObjectRef::new(program).within(ns))
+        .ok_or_else(|| format!("the Program {program:?} does not exist"))?;
+    crate::controller::program::render_project(&p.name_any(), p.spec.program.as_ref())
+        .map(Some)
+        .map_err(|e| format!("cannot render the Program {program:?}: {e}"))
+}
+
+/// `Retain`: apply the StatefulSet and its plan Secret when they changed.
+async fn retain(
+    ws: &Workspace,
+    ctx: &Context,
+    ns: &str,
+    sts: Option<Arc<StatefulSet>>,
+    claim: Option<Arc<PersistentVolumeClaim>>,
+) -> Result<(Observed, Action)> {
+    let problem = |p: String| Observed::Retained {
+        cache_bound: false,
+        rolled_out: false,
+        ready: false,
+        problem: Some(p),
+    };
+    let program = match program(ws, ctx, ns) {
+        Ok(p) => p,
+        Err(message) => {
+            warn!(%message, "cannot build the retained workspace");
+            return Ok((problem(message), Action::requeue(PROGRAM_RETRY)));
+        }
+    };
+    let cfg = JobConfig {
+        runner_image: ctx.config.runner_image.clone(),
+        runner_pull_policy: ctx.config.runner_image_pull_policy.clone(),
+    };
+    let desired = match retained::desired(ws, &cfg, program) {
+        Ok(d) => d,
+        Err(message) => {
+            warn!(%message, "cannot build the retained workspace");
+            return Ok((problem(message), Action::await_change()));
+        }
+    };
+    let live = sts.filter(|s| s.metadata.deletion_timestamp.is_none());
+    let applied = live
+        .as_ref()
+        .and_then(|s| s.annotations().get(APPLIED_HASH_ANNOTATION).cloned());
+    let sts_api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), ns);
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let mut current = live.as_deref().cloned();
+    if applied.as_deref() != Some(desired.hash.as_str()) {
+        let sts_name = statefulset_name(&ws.name_any());
+        // The plan first when the StatefulSet exists (a rolled pod reads the new plan);
+        // a new StatefulSet first (the Secret is owned by it; its pod waits for the Secret).
+        if let Some(existing) = live.as_deref() {
+            let secret = retained::build_plan_secret(ws, &desired, existing)?;
+            secrets
+                .patch(&secret.name_any(), &pp, &Patch::Apply(&secret))
+                .await?;
+        }
+        match sts_api
+            .patch(&sts_name, &pp, &Patch::Apply(&desired.statefulset))
+            .await
+        {
+            Ok(s) => {
+                if live.is_none() {
+                    let secret = retained::build_plan_secret(ws, &desired, &s)?;
+                    secrets
+                        .patch(&secret.name_any(), &pp, &Patch::Apply(&secret))
+                        .await?;
+                }
+                info!(statefulset = %sts_name, revision = %desired.plan.workspace.revision, "retained workspace applied");
+                current = Some(s);
+            }
+            // An immutable field changed (e.g. a StatefulSet PKO created): recreate it, as PKO
+            // does. Orphaning keeps the plan Secret and the pod for the new StatefulSet.
+            Err(kube::Error::Api(e)) if e.code == 422 => {
+                warn!(statefulset = %sts_name, "cannot update the StatefulSet ({}); recreating it", e.message);
+                sts_api
+                    .delete(
+                        &sts_name,
+                        &DeleteParams {
+                            propagation_policy: Some(kube::api::PropagationPolicy::Orphan),
+                            ..Default::default()
+                        },
+                    )
+                    .await?;
+                publish(
+                    ctx,
+                    ws,
+                    names::EVENT_MIGRATED,
+                    format!("StatefulSet {sts_name} recreated: {}", e.message),
+                )
+                .await;
+                return Ok((
+                    Observed::Retained {
+                        cache_bound: false,
+                        rolled_out: false,
+                        ready: false,
+                        problem: None,
+                    },
+                    Action::requeue(MIGRATE_RETRY),
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let cache_bound = current.is_some()
+        && claim.is_some_and(|c| {
+            c.metadata.deletion_timestamp.is_none()
+                && c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+        });
+    let (rolled_out, ready) = current.as_ref().map(rollout).unwrap_or((false, false));
+    Ok((
+        Observed::Retained {
+            cache_bound,
+            rolled_out,
+            ready,
+            problem: None,
+        },
+        Action::await_change(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ws() -> Workspace {
+        serde_json::from_value(json!({
+            "apiVersion": "auto.pulumi.com/v1alpha1", "kind": "Workspace",
+            "metadata": {"name": "web", "namespace": "apps", "generation": 2},
+            "spec": {},
+        }))
+        .unwrap()
+    }
+
+    fn now() -> Time {
+        Time(jiff::Timestamp::from_second(1_800_000_000).unwrap())
+    }
+
+    fn ready_of(s: &WorkspaceStatus) -> (String, String, String) {
+        let c = &s.conditions.as_ref().unwrap()[0];
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    }
+
+    #[test]
+    fn template_only_is_ready_without_an_address() {
+        let s = desired_status(&ws(), &Observed::Template, &now());
+        assert_eq!(ready_of(&s).0, "True");
+        assert_eq!(ready_of(&s).1, "Succeeded");
+        assert_eq!(s.address, None);
+        assert_eq!(s.observed_generation, Some(2));
+    }
+
+    #[test]
+    fn retained_status_follows_the_statefulset() {
+        let r = |cache_bound, rolled_out, ready| Observed::Retained {
+            cache_bound,
+            rolled_out,
+            ready,
+            problem: None,
+        };
+        let s = desired_status(&ws(), &r(false, false, false), &now());
+        assert_eq!(ready_of(&s).1, "WaitingForReplicas");
+        assert!(ready_of(&s).2.contains("cache-web-workspace-0"));
+        assert_eq!(
+            s.address, None,
+            "no cache for Jobs before the claim is bound"
+        );
+        let s = desired_status(&ws(), &r(true, false, false), &now());
+        assert_eq!(ready_of(&s).1, "RollingUpdate");
+        assert_eq!(s.address.as_deref(), Some("web-workspace-0"));
+        let s = desired_status(&ws(), &r(true, true, false), &now());
+        assert_eq!(
+            (ready_of(&s).0.as_str(), ready_of(&s).1.as_str()),
+            ("False", "WaitingForReplicas")
+        );
+        let s = desired_status(&ws(), &r(true, true, true), &now());
+        assert_eq!(ready_of(&s).0, "True");
+        assert!(ready_of(&s)
+            .2
+            .contains("kubectl exec -it web-workspace-0 -c pulumi"));
+        let bad = Observed::Retained {
+            cache_bound: true,
+            rolled_out: true,
+            ready: true,
+            problem: Some("the Program \"p\" does not exist".into()),
+        };
+        let s = desired_status(&ws(), &bad, &now());
+        assert_eq!(ready_of(&s).1, "InitializationFailed");
+        assert_eq!(s.address, None);
+    }
+
+    #[test]
+    fn transition_time_is_kept_while_the_status_holds() {
+        let mut w = ws();
+        let first = desired_status(&w, &Observed::Template, &now());
+        w.status = Some(first.clone());
+        let later = Time(jiff::Timestamp::from_second(1_900_000_000).unwrap());
+        let again = desired_status(&w, &Observed::Template, &later);
+        assert_eq!(first, again, "no write when nothing changed");
+    }
+
+    fn sts(status: serde_json::Value) -> StatefulSet {
+        serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "web-workspace", "generation": 3},
+            "spec": {"selector": {}, "serviceName": "web-workspace", "template": {}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn rollout_needs_the_current_revision_and_a_ready_pod() {
+        let done = json!({"replicas": 1, "observedGeneration": 3, "currentRevision": "a", "updateRevision": "a", "readyReplicas": 1});
+        assert_eq!(rollout(&sts(done)), (true, true));
+        let rolling = json!({"replicas": 1, "observedGeneration": 3, "currentRevision": "a", "updateRevision": "b", "readyReplicas": 1});
+        assert_eq!(rollout(&sts(rolling)), (false, false));
+        let stale = json!({"replicas": 1, "observedGeneration": 2, "currentRevision": "a", "updateRevision": "a", "readyReplicas": 1});
+        assert_eq!(rollout(&sts(stale)), (false, false));
+        let unready = json!({"replicas": 1, "observedGeneration": 3, "currentRevision": "a", "updateRevision": "a"});
+        assert_eq!(rollout(&sts(unready)), (true, false));
+    }
+
+    #[test]
+    fn the_cache_is_in_use_while_an_unfinished_job_mounts_it() {
+        let job = |finished: bool, claim: &str| -> Arc<Job> {
+            let conditions = if finished {
+                json!([{"type": "Complete", "status": "True"}])
+            } else {
+                json!([])
+            };
+            Arc::new(
+                serde_json::from_value(json!({
+                    "apiVersion": "batch/v1", "kind": "Job",
+                    "metadata": {"name": "u", "namespace": "apps"},
+                    "spec": {"template": {"spec": {"containers": [],
+                        "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": claim}}]}}},
+                    "status": {"conditions": conditions},
+                }))
+                .unwrap(),
+            )
+        };
+        let claim = "cache-web-workspace-0";
+        assert!(claim_in_use(&[job(false, claim)], "apps", claim));
+        assert!(!claim_in_use(&[job(true, claim)], "apps", claim));
+        assert!(!claim_in_use(&[job(false, "other")], "apps", claim));
+        assert!(!claim_in_use(&[job(false, claim)], "elsewhere", claim));
+    }
 }

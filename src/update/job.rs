@@ -342,6 +342,8 @@ pub fn build_job(
         "containers": [pulumi],
         "volumes": volumes,
     });
+    // workspaceReclaimPolicy Retain: the retained workspace's cache at PULUMI_HOME.
+    crate::workspace::statefulset::retained_cache(ws, &mut pod_spec);
     let mut pod_meta = json!({"labels": labels});
     if let Some(template) = &spec.pod_template {
         if let Some(user) = &template.spec {
