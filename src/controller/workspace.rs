@@ -1,9 +1,11 @@
 //! The Workspace controller. A Workspace is the template of its stack's Jobs; what else exists
 //! for it follows the owning Stack's `workspaceReclaimPolicy`:
 //!
-//! - `Delete` (the default): nothing runs between operations. A StatefulSet and cache claim
-//!   left from `Retain` are deleted — once no unfinished update Job mounts the cache, so that
-//!   a Job started just before the switch still runs.
+//! - `Delete` (the default): nothing runs between operations. A StatefulSet left from
+//!   `Retain` is deleted once no unfinished update Job mounts the cache (so that a Job started
+//!   just before the switch still runs), its cache claim once no pod references it any more
+//!   (Kubernetes keeps a claim that even a finished pod references; finished update pods go
+//!   with their Updates' `ttlAfterCompleted`).
 //! - `Retain`: a StatefulSet `<ws>-workspace` keeps a warm workspace pod at the Workspace's
 //!   revision (the last one the Stack deployed), with its plan Secret and a cache claim that
 //!   update Jobs mount too (`crate::workspace::statefulset`). `status.address` names the pod
@@ -21,7 +23,7 @@ use crate::workspace::statefulset::{
 };
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodSpec, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -33,8 +35,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
 
-/// While an update Job still mounts the cache of a workspace being reclaimed.
+/// While an unfinished update Job still mounts the cache of a workspace being reclaimed.
 const RECLAIM_RETRY: Duration = Duration::from_secs(10);
+/// While pods of finished update Jobs still reference the cache claim.
+const CLAIM_RETRY: Duration = Duration::from_secs(60);
 /// After a StatefulSet was deleted to be recreated (an immutable field changed).
 const MIGRATE_RETRY: Duration = Duration::from_secs(5);
 /// When a Program source cannot be rendered yet.
@@ -183,21 +187,30 @@ pub fn rollout(sts: &StatefulSet) -> (bool, bool) {
 }
 
 /// Whether an unfinished Job in `ns` mounts `claim`.
-pub fn claim_in_use(jobs: &[Arc<Job>], ns: &str, claim: &str) -> bool {
+pub fn jobs_mount_claim(jobs: &[Arc<Job>], ns: &str, claim: &str) -> bool {
     jobs.iter().any(|j| {
         j.namespace().as_deref() == Some(ns)
             && !job_finished(j)
             && j.spec
                 .as_ref()
                 .and_then(|s| s.template.spec.as_ref())
-                .and_then(|p| p.volumes.as_ref())
-                .is_some_and(|v| {
-                    v.iter().any(|v| {
-                        v.persistent_volume_claim
-                            .as_ref()
-                            .is_some_and(|c| c.claim_name == claim)
-                    })
-                })
+                .is_some_and(|p| spec_mounts(p, claim))
+    })
+}
+
+/// Whether a pod in `ns` (in any phase) references `claim`.
+pub fn pods_mount_claim(pods: &[Arc<Pod>], ns: &str, claim: &str) -> bool {
+    pods.iter().any(|p| {
+        p.namespace().as_deref() == Some(ns)
+            && p.spec.as_ref().is_some_and(|s| spec_mounts(s, claim))
+    })
+}
+
+fn spec_mounts(spec: &PodSpec, claim: &str) -> bool {
+    spec.volumes.iter().flatten().any(|v| {
+        v.persistent_volume_claim
+            .as_ref()
+            .is_some_and(|c| c.claim_name == claim)
     })
 }
 
@@ -260,11 +273,23 @@ pub async fn reconcile(
             &Patch::Apply(&patch),
         )
         .await?;
+        // A field left out of an apply is not removed from a status on every apiserver
+        // (Kubernetes 1.20 keeps it): clear the address explicitly.
+        let had_address = ws.status.as_ref().is_some_and(|s| s.address.is_some());
+        if had_address && status.address.is_none() {
+            let clear = serde_json::json!({"status": {"address": null}});
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&clear))
+                .await?;
+        }
     }
     Ok(action)
 }
 
-/// `Delete`: no StatefulSet, no cache claim — once no unfinished Job mounts the cache.
+/// `Delete`: no StatefulSet, no cache claim. The StatefulSet goes once no unfinished update
+/// Job mounts the cache (such a Job needs the workspace pod's node); the claim goes once no
+/// pod mounts it any more — Kubernetes keeps a claim that any pod references, even a finished
+/// one, in `Terminating`, and a `Terminating` claim would block a switch back to `Retain`.
+/// Finished update pods go with their Updates (`ttlAfterCompleted`).
 async fn reclaim(
     ws: &Workspace,
     ctx: &Context,
@@ -278,11 +303,12 @@ async fn reclaim(
         return Ok(Action::await_change());
     }
     let claim_name = cache_claim_name(&ws.name_any());
-    if claim_in_use(&ctx.stores.jobs.state(), ns, &claim_name) {
-        info!(claim = %claim_name, "an update Job still mounts the cache; reclaiming the workspace after it");
-        return Ok(Action::requeue(RECLAIM_RETRY));
-    }
+    let mut action = Action::await_change();
     if let Some(sts) = sts {
+        if jobs_mount_claim(&ctx.stores.jobs.state(), ns, &claim_name) {
+            info!(claim = %claim_name, "an update Job still mounts the cache; the workspace goes after it");
+            return Ok(Action::requeue(RECLAIM_RETRY));
+        }
         let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), ns);
         match api
             .delete(&sts.name_any(), &DeleteParams::background())
@@ -305,15 +331,20 @@ async fn reclaim(
         .await;
     }
     if claim.is_some() {
-        let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
-        match api.delete(&claim_name, &DeleteParams::background()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
+        if pods_mount_claim(&ctx.stores.pods.state(), ns, &claim_name) {
+            info!(claim = %claim_name, "finished update pods still reference the cache claim; deleting it once they are gone");
+            action = Action::requeue(CLAIM_RETRY);
+        } else {
+            let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
+            match api.delete(&claim_name, &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+            info!(claim = %claim_name, "cache claim deleted (workspaceReclaimPolicy Delete)");
         }
-        info!(claim = %claim_name, "cache claim deleted (workspaceReclaimPolicy Delete)");
     }
-    Ok(Action::await_change())
+    Ok(action)
 }
 
 /// The rendered Pulumi.yaml when the Workspace's source is a Program; `Err` names what is
@@ -573,9 +604,21 @@ mod tests {
             )
         };
         let claim = "cache-web-workspace-0";
-        assert!(claim_in_use(&[job(false, claim)], "apps", claim));
-        assert!(!claim_in_use(&[job(true, claim)], "apps", claim));
-        assert!(!claim_in_use(&[job(false, "other")], "apps", claim));
-        assert!(!claim_in_use(&[job(false, claim)], "elsewhere", claim));
+        assert!(jobs_mount_claim(&[job(false, claim)], "apps", claim));
+        assert!(!jobs_mount_claim(&[job(true, claim)], "apps", claim));
+        assert!(!jobs_mount_claim(&[job(false, "other")], "apps", claim));
+        assert!(!jobs_mount_claim(&[job(false, claim)], "elsewhere", claim));
+        let pod: Arc<Pod> = Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "u-abc", "namespace": "apps"},
+                "spec": {"containers": [],
+                         "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": claim}}]},
+                "status": {"phase": "Succeeded"},
+            }))
+            .unwrap(),
+        );
+        assert!(pods_mount_claim(std::slice::from_ref(&pod), "apps", claim));
+        assert!(!pods_mount_claim(&[pod], "apps", "cache-other-workspace-0"));
     }
 }

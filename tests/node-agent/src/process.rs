@@ -71,6 +71,26 @@ pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
         .iter()
         .map(|m| Ok((cstr(&m.source)?, cstr(&m.target)?, m.read_only)))
         .collect::<std::io::Result<_>>()?;
+    // Mount points inside earlier mounts (e.g. a volume at /share/.pulumi inside the emptyDir
+    // at /share) are created in the namespace, after those mounts, as a container runtime
+    // does: the ancestors of each target, then the target (a directory, or an empty file for
+    // a file source).
+    let targets: Vec<(Vec<CString>, bool)> = spec
+        .mounts
+        .iter()
+        .map(|m| {
+            let ancestors = m
+                .target
+                .ancestors()
+                .skip(1)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .map(cstr)
+                .collect::<std::io::Result<Vec<_>>>()?;
+            Ok((ancestors, m.source.is_dir()))
+        })
+        .collect::<std::io::Result<_>>()?;
     // Filled in the child (no allocation after fork): the descriptor of each source and the
     // NUL-terminated `/proc/self/fd/<n>` path that names it.
     let mut source_fds: Vec<libc::c_int> = vec![-1; binds.len()];
@@ -123,6 +143,22 @@ pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
                 fd_path(&mut via_fd[i], fd);
             }
             for (i, (_, dst, ro)) in binds.iter().enumerate() {
+                let (ancestors, is_dir) = &targets[i];
+                for dir in ancestors {
+                    libc::mkdir(dir.as_ptr(), 0o755);
+                }
+                if *is_dir {
+                    libc::mkdir(dst.as_ptr(), 0o755);
+                } else {
+                    let fd = libc::open(
+                        dst.as_ptr(),
+                        libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC,
+                        0o644,
+                    );
+                    if fd >= 0 {
+                        libc::close(fd);
+                    }
+                }
                 check(libc::mount(
                     via_fd[i].as_ptr().cast(),
                     dst.as_ptr(),

@@ -767,3 +767,30 @@ spec:
     })
     .await;
 }
+
+/// A volume mounted inside another volume (a cache at /share/.pulumi inside the emptyDir at
+/// /share, as retained workspaces and their update Jobs do): its mount point is created in
+/// the container's namespace, after the outer mount, as a container runtime does.
+#[tokio::test]
+async fn nested_volume_mounts_get_their_mount_points() {
+    let ns = TestNamespace::new("nested").await;
+    ns.apply(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: nested}
+spec:
+  restartPolicy: Never
+  securityContext: {runAsUser: 1000, runAsGroup: 1000}
+  volumes: [{name: share, emptyDir: {}}, {name: cache, emptyDir: {}}]
+  containers:
+  - name: main
+    image: busybox
+    volumeMounts: [{name: share, mountPath: /share}, {name: cache, mountPath: /share/.cache/inner}]
+    command: [sh, -c, 'echo hi > /share/.cache/inner/x && cat /share/.cache/inner/x > /dev/termination-log']
+"#,
+    );
+    let t = terminated(&terminated_pod(&ns, "nested").await);
+    assert_eq!(t.exit_code, 0, "{t:?}");
+    assert_eq!(t.message.as_deref(), Some("hi\n"));
+}
