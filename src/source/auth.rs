@@ -16,7 +16,9 @@ use pulumi_gitauth::{line, Credentials, DEFAULT_GITHUB_API_URL, KNOWN_HOSTS_KEY}
 use pulumi_operator_api::{
     GitSource, ResourceRef, Stack, WorkspaceGitAuth, WorkspaceGitHubAppAuth,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// Stack (and Workspace) annotation: the GitHub API that GitHub App credentials are exchanged
 /// at, e.g. `https://github.example.com/api/v3` for GitHub Enterprise Server. Without it the
@@ -263,6 +265,27 @@ pub fn credentials_from(refs: &AuthRefs, secrets: &SecretData) -> Result<Credent
     })
 }
 
+/// How long a Secret read for git credentials is reused: many Stacks polling with the same
+/// credentials cost one GET per Secret per this interval, and a changed or newly created
+/// Secret is seen within it.
+pub const SECRET_REUSE: Duration = Duration::from_secs(5);
+
+type Cached = (Instant, Option<BTreeMap<String, Vec<u8>>>);
+
+/// Recently read Secrets, by (namespace, name); `None` is a Secret that does not exist.
+fn secret_cache() -> &'static Mutex<HashMap<(String, String), Cached>> {
+    static CACHE: OnceLock<Mutex<HashMap<(String, String), Cached>>> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+fn cached_secret(ns: &str, name: &str, now: Instant) -> Option<Option<BTreeMap<String, Vec<u8>>>> {
+    let mut cache = secret_cache().lock().unwrap_or_else(|p| p.into_inner());
+    cache.retain(|_, (at, _)| now.saturating_duration_since(*at) < SECRET_REUSE);
+    cache
+        .get(&(ns.to_string(), name.to_string()))
+        .map(|(_, data)| data.clone())
+}
+
 /// Reads the Secrets `refs` names (in `ns`) and returns the credentials. A missing Secret or
 /// key is `SpecInvalid`; an API error is returned as such (retried).
 pub async fn read_credentials(
@@ -276,22 +299,35 @@ pub async fn read_credentials(
     let api: Api<Secret> = Api::namespaced(client.clone(), ns);
     let mut secrets = SecretData::new();
     for name in secret_names(refs) {
-        match api.get_opt(&name).await {
-            Ok(Some(s)) => {
-                let data = s
-                    .data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.0))
-                    .collect();
-                secrets.insert(name, data);
+        let data = match cached_secret(ns, &name, Instant::now()) {
+            Some(data) => data,
+            None => {
+                let data = match api.get_opt(&name).await {
+                    Ok(s) => s.map(|s| {
+                        s.data
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|(k, v)| (k, v.0))
+                            .collect::<BTreeMap<_, _>>()
+                    }),
+                    Err(e) => {
+                        return Err(ResolveError::unavailable(format!(
+                            "cannot read the git credentials Secret {name:?}: {e}"
+                        )))
+                    }
+                };
+                secret_cache()
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(
+                        (ns.to_string(), name.clone()),
+                        (Instant::now(), data.clone()),
+                    );
+                data
             }
-            Ok(None) => {}
-            Err(e) => {
-                return Err(ResolveError::unavailable(format!(
-                    "cannot read the git credentials Secret {name:?}: {e}"
-                )))
-            }
+        };
+        if let Some(data) = data {
+            secrets.insert(name, data);
         }
     }
     credentials_from(refs, &secrets).map_err(ResolveError::spec_invalid)
