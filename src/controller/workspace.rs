@@ -2,8 +2,9 @@
 //! for it follows the owning Stack's `workspaceReclaimPolicy`:
 //!
 //! - `Delete` (the default): nothing runs between operations. A StatefulSet left from
-//!   `Retain` is deleted once no unfinished update Job mounts the cache (so that a Job started
-//!   just before the switch still runs), its cache claim once no pod references it any more
+//!   `Retain` is deleted once the stack has no operation in flight and no unfinished update
+//!   Job mounts the cache (a Job built just before the switch may use it), its cache claim
+//!   once no pod references it any more
 //!   (Kubernetes keeps a claim that even a finished pod references; finished update pods go
 //!   with their Updates' `ttlAfterCompleted`).
 //! - `Retain`: a StatefulSet `<ws>-workspace` keeps a warm workspace pod at the Workspace's
@@ -38,7 +39,7 @@ use tracing::{info, warn};
 /// While an unfinished update Job still mounts the cache of a workspace being reclaimed.
 const RECLAIM_RETRY: Duration = Duration::from_secs(10);
 /// While pods of finished update Jobs still reference the cache claim.
-const CLAIM_RETRY: Duration = Duration::from_secs(60);
+const CLAIM_RETRY: Duration = Duration::from_secs(30);
 /// After a StatefulSet was deleted to be recreated (an immutable field changed).
 const MIGRATE_RETRY: Duration = Duration::from_secs(5);
 /// When a Program source cannot be rendered yet.
@@ -69,8 +70,8 @@ pub enum Observed {
     },
 }
 
-/// The reclaim policy of the Workspace's owning Stack (`Delete` without one).
-pub fn policy(ws: &Workspace, stacks: &Store<Stack>) -> WorkspaceReclaimPolicy {
+/// The Workspace's owning Stack (its controller), from the cache.
+pub fn owner_stack(ws: &Workspace, stacks: &Store<Stack>) -> Option<Arc<Stack>> {
     let ns = ws.namespace().unwrap_or_default();
     ws.owner_references()
         .iter()
@@ -80,8 +81,24 @@ pub fn policy(ws: &Workspace, stacks: &Store<Stack>) -> WorkspaceReclaimPolicy {
                 .get(&ObjectRef::new(&o.name).within(&ns))
                 .filter(|s| s.uid().as_deref() == Some(o.uid.as_str()))
         })
+}
+
+/// The reclaim policy of the Workspace's owning Stack (`Delete` without one).
+pub fn policy(stack: Option<&Stack>) -> WorkspaceReclaimPolicy {
+    stack
         .map(|s| s.spec.reclaim_policy())
         .unwrap_or(WorkspaceReclaimPolicy::Delete)
+}
+
+/// Whether the Stack has an operation in flight, or a spec change its controller has not acted
+/// on yet (which may start one): its Job may have been built with the cache of the retained
+/// workspace (`status.address` is what the Update controller saw), so the workspace stays
+/// until the operation is over.
+pub fn operation_pending(stack: Option<&Stack>) -> bool {
+    let Some(s) = stack else { return false };
+    let st = s.status.as_ref();
+    st.and_then(|st| st.current_update.as_ref()).is_some()
+        || st.and_then(|st| st.observed_generation) < s.metadata.generation
 }
 
 pub fn desired_status(ws: &Workspace, observed: &Observed, now: &Time) -> WorkspaceStatus {
@@ -256,11 +273,20 @@ pub async fn reconcile(
     let claim = stores
         .claims
         .get(&ObjectRef::new(&cache_claim_name(&name)).within(&ns));
-    let (observed, action) = match policy(&ws, &ctx.stores.stacks) {
+    let stack = owner_stack(&ws, &ctx.stores.stacks);
+    let (observed, action) = match policy(stack.as_deref()) {
         WorkspaceReclaimPolicy::Retain => retain(&ws, &ctx, &ns, sts, claim).await?,
         _ => (
             Observed::Template,
-            reclaim(&ws, &ctx, &ns, sts, claim).await?,
+            reclaim(
+                &ws,
+                &ctx,
+                &ns,
+                sts,
+                claim,
+                operation_pending(stack.as_deref()),
+            )
+            .await?,
         ),
     };
     let status = desired_status(&ws, &observed, &Time(jiff::Timestamp::now()));
@@ -296,11 +322,17 @@ async fn reclaim(
     ns: &str,
     sts: Option<Arc<StatefulSet>>,
     claim: Option<Arc<PersistentVolumeClaim>>,
+    operation_pending: bool,
 ) -> Result<Action> {
     let claim = claim.filter(|c| c.metadata.deletion_timestamp.is_none());
     let sts = sts.filter(|s| s.metadata.deletion_timestamp.is_none());
     if sts.is_none() && claim.is_none() {
         return Ok(Action::await_change());
+    }
+    if operation_pending {
+        // The Stack's next status change (the operation's end) triggers us again.
+        info!("an operation of the stack is in flight; the retained workspace goes after it");
+        return Ok(Action::requeue(RECLAIM_RETRY));
     }
     let claim_name = cache_claim_name(&ws.name_any());
     let mut action = Action::await_change();
@@ -502,6 +534,34 @@ mod tests {
     fn ready_of(s: &WorkspaceStatus) -> (String, String, String) {
         let c = &s.conditions.as_ref().unwrap()[0];
         (c.status.clone(), c.reason.clone(), c.message.clone())
+    }
+
+    #[test]
+    fn reclaim_waits_for_the_operation_in_flight() {
+        let stack = |status: serde_json::Value| -> Stack {
+            serde_json::from_value(json!({
+                "apiVersion": "pulumi.com/v1", "kind": "Stack",
+                "metadata": {"name": "web", "namespace": "apps", "generation": 4},
+                "spec": {"stack": "dev", "workspaceReclaimPolicy": "Delete"},
+                "status": status,
+            }))
+            .unwrap()
+        };
+        assert!(!operation_pending(None));
+        assert!(!operation_pending(Some(&stack(
+            json!({"observedGeneration": 4})
+        ))));
+        assert!(operation_pending(Some(&stack(
+            json!({"observedGeneration": 3})
+        ))));
+        assert!(operation_pending(Some(&stack(
+            json!({"observedGeneration": 4, "currentUpdate": {"name": "web-1"}})
+        ))));
+        assert_eq!(
+            policy(Some(&stack(json!({})))),
+            WorkspaceReclaimPolicy::Delete
+        );
+        assert_eq!(policy(None), WorkspaceReclaimPolicy::Delete);
     }
 
     #[test]
