@@ -36,7 +36,7 @@ apt_install() {
 }
 
 install_prerequisites() {
-  apt_install etcd-server golang-go rsync jq openssl ca-certificates curl git golang-github-modern-go-reflect2-dev iproute2 util-linux tar
+  apt_install etcd-server golang-go rsync jq openssl ca-certificates curl git golang-github-modern-go-reflect2-dev iproute2 util-linux tar openssh-client openssh-server
   command -v python3 >/dev/null || apt_install python3
   command -v kubectl >/dev/null || die "kubectl (>= 1.26, with built-in kustomize) is required on PATH"
 }
