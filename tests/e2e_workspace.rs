@@ -71,6 +71,11 @@ impl Fixture {
 
     /// A Stack tracking `main`; `policy` is the `workspaceReclaimPolicy` line (or nothing).
     fn apply_stack(&self, name: &str, policy: Option<&str>) {
+        self.apply_named_stack(name, "dev", policy)
+    }
+
+    /// The same, with the Pulumi stack's name.
+    fn apply_named_stack(&self, name: &str, stack: &str, policy: Option<&str>) {
         let policy = policy
             .map(|p| format!("  workspaceReclaimPolicy: {p}\n"))
             .unwrap_or_default();
@@ -80,7 +85,7 @@ kind: Stack
 metadata:
   name: {name}
 spec:
-  stack: dev
+  stack: {stack}
   projectRepo: {url}/app.git
   branch: main
   backend: {backend}
@@ -444,4 +449,136 @@ async fn switching_the_reclaim_policy_converges_both_ways() {
     f.wait_workspace_ready("app").await;
     let project = f.exec("app", "cat /share/workspace/Pulumi.yaml");
     assert!(project.contains("value: one"), "{project}");
+}
+
+/// The lines of a container's log with their timestamps (seconds since the epoch).
+fn timed_log(ns: &str, pod: &str, container: &str) -> Vec<(f64, String)> {
+    let out = kubectl(&["-n", ns, "logs", pod, "-c", container, "--timestamps"]);
+    out.lines()
+        .filter_map(|l| {
+            let (ts, text) = l.split_once(' ')?;
+            let t: jiff::Timestamp = ts.parse().ok()?;
+            Some((t.as_millisecond() as f64 / 1000.0, text.to_string()))
+        })
+        .collect()
+}
+
+/// Seconds between the runner's line starting with `step` and its next line.
+fn step_seconds(log: &[(f64, String)], step: &str) -> Option<f64> {
+    let i = log.iter().position(|(_, l)| l.contains(step))?;
+    Some(log.get(i + 1)?.0 - log[i].0)
+}
+
+fn stats(v: &[f64]) -> String {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    if v.is_empty() {
+        return "-".into();
+    }
+    format!(
+        "median {:.3}s  min {:.3}s  max {:.3}s  (n={})",
+        v[v.len() / 2],
+        v[0],
+        v[v.len() - 1],
+        v.len()
+    )
+}
+
+/// Not a check — a measurement (run it with `--ignored --nocapture`): the same program is
+/// updated N times by a `Delete` and by a `Retain` Stack; for every update Job it reports the
+/// `fetch` init container, the runner's `pulumi install` step and the whole `pulumi`
+/// container, from the log timestamps, and what the Job found in PULUMI_HOME.
+#[tokio::test]
+#[ignore]
+async fn measure_update_jobs_with_and_without_the_cache() {
+    let n: usize = std::env::var("MEASURE_UPDATES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let f = Fixture::new("wsmeasure").await;
+    let sha = f.repo.commit(&[("Pulumi.yaml", &program("same"))], "one");
+    f.apply_named_stack("del", "del", None);
+    f.apply_named_stack("ret", "ret", Some("Retain"));
+    f.wait_deployed("del", &sha).await;
+    f.wait_deployed("ret", &sha).await;
+    f.wait_workspace_ready("ret").await;
+    let stacks = f.stacks();
+    let mut jobs: Vec<(String, String)> = Vec::new();
+    for i in 0..n {
+        for name in ["del", "ret"] {
+            let before = stacks
+                .get(name)
+                .await
+                .unwrap()
+                .status
+                .unwrap()
+                .last_update
+                .unwrap()
+                .name;
+            f.kubectl(&[
+                "annotate",
+                "stack",
+                name,
+                &format!("pulumi.com/reconciliation-request=measure-{i}"),
+                "--overwrite",
+            ]);
+            let s = wait_for(T, "the next update", || async {
+                stacks.get(name).await.ok().filter(|s| {
+                    ready(s)
+                        && s.status
+                            .as_ref()
+                            .and_then(|x| x.last_update.as_ref())
+                            .map(|l| l.name.clone())
+                            != Some(before.clone())
+                })
+            })
+            .await;
+            jobs.push((
+                name.to_string(),
+                s.status.unwrap().last_update.unwrap().name.unwrap(),
+            ));
+        }
+    }
+    let mut fetch: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    let mut install = fetch.clone();
+    let mut total = fetch.clone();
+    for (stack, job) in &jobs {
+        let pod = kubectl(&[
+            "-n",
+            f.ns(),
+            "get",
+            "pods",
+            "-l",
+            &format!("job-name={job}"),
+            "-o",
+            "jsonpath={.items[0].metadata.name}",
+        ]);
+        let fl = timed_log(f.ns(), &pod, "fetch");
+        if let (Some(a), Some(b)) = (fl.first(), fl.last()) {
+            fetch.entry(stack.clone()).or_default().push(b.0 - a.0);
+        }
+        let pl = timed_log(f.ns(), &pod, "pulumi");
+        if let Some(d) = step_seconds(&pl, "running pulumi --non-interactive install") {
+            install.entry(stack.clone()).or_default().push(d);
+        }
+        if let (Some(a), Some(b)) = (pl.first(), pl.last()) {
+            total.entry(stack.clone()).or_default().push(b.0 - a.0);
+        }
+    }
+    let cache = f.exec(
+        "ret",
+        "du -sb $PULUMI_HOME; find $PULUMI_HOME -type f | head -20",
+    );
+    println!("\n=== {n} updates per policy, same commit (log timestamps of each update Job) ===");
+    for (label, m) in [
+        ("fetch init container", &fetch),
+        ("pulumi install step", &install),
+        ("pulumi container", &total),
+    ] {
+        for (stack, v) in m {
+            let policy = if stack == "ret" { "Retain" } else { "Delete" };
+            println!("{label:22} {policy:7} {}", stats(v));
+        }
+    }
+    println!("PULUMI_HOME of the retained workspace (what a Retain Job reuses):\n{cache}");
 }
