@@ -503,7 +503,9 @@ async fn measure_update_jobs_with_and_without_the_cache() {
     f.wait_deployed("ret", &sha).await;
     f.wait_workspace_ready("ret").await;
     let stacks = f.stacks();
-    let mut jobs: Vec<(String, String)> = Vec::new();
+    let mut fetch: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    let mut install = fetch.clone();
+    let mut total = fetch.clone();
     for i in 0..n {
         for name in ["del", "ret"] {
             let before = stacks
@@ -533,36 +535,30 @@ async fn measure_update_jobs_with_and_without_the_cache() {
                 })
             })
             .await;
-            jobs.push((
-                name.to_string(),
-                s.status.unwrap().last_update.unwrap().name.unwrap(),
-            ));
-        }
-    }
-    let mut fetch: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
-    let mut install = fetch.clone();
-    let mut total = fetch.clone();
-    for (stack, job) in &jobs {
-        let pod = kubectl(&[
-            "-n",
-            f.ns(),
-            "get",
-            "pods",
-            "-l",
-            &format!("job-name={job}"),
-            "-o",
-            "jsonpath={.items[0].metadata.name}",
-        ]);
-        let fl = timed_log(f.ns(), &pod, "fetch");
-        if let (Some(a), Some(b)) = (fl.first(), fl.last()) {
-            fetch.entry(stack.clone()).or_default().push(b.0 - a.0);
-        }
-        let pl = timed_log(f.ns(), &pod, "pulumi");
-        if let Some(d) = step_seconds(&pl, "running pulumi --non-interactive install") {
-            install.entry(stack.clone()).or_default().push(d);
-        }
-        if let (Some(a), Some(b)) = (pl.first(), pl.last()) {
-            total.entry(stack.clone()).or_default().push(b.0 - a.0);
+            // Read the logs at once: the bounded Update history prunes old Jobs.
+            let job = s.status.unwrap().last_update.unwrap().name.unwrap();
+            let pod = kubectl(&[
+                "-n",
+                f.ns(),
+                "get",
+                "pods",
+                "-l",
+                &format!("job-name={job}"),
+                "-o",
+                "jsonpath={.items[0].metadata.name}",
+            ]);
+            let stack = name.to_string();
+            let fl = timed_log(f.ns(), &pod, "fetch");
+            if let (Some(a), Some(b)) = (fl.first(), fl.last()) {
+                fetch.entry(stack.clone()).or_default().push(b.0 - a.0);
+            }
+            let pl = timed_log(f.ns(), &pod, "pulumi");
+            if let Some(d) = step_seconds(&pl, "running pulumi --non-interactive install") {
+                install.entry(stack.clone()).or_default().push(d);
+            }
+            if let (Some(a), Some(b)) = (pl.first(), pl.last()) {
+                total.entry(stack).or_default().push(b.0 - a.0);
+            }
         }
     }
     let cache = f.exec(
