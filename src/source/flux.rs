@@ -13,6 +13,15 @@ pub const FLUX_SOURCE_GROUP: &str = "source.toolkit.fluxcd.io";
 pub const FLUX_SOURCE_KINDS: [&str; 3] = ["GitRepository", "OCIRepository", "Bucket"];
 const LOOK_AGAIN: Duration = Duration::from_secs(300);
 
+/// Wakes the watches that wait for Flux: a Stack just read a Flux source, so the kind exists.
+static IN_USE: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Called when a Stack has resolved a Flux source: watches still waiting for Flux to be
+/// installed look again at once instead of at their next periodic check.
+pub fn source_seen() {
+    IN_USE.notify_waiters();
+}
+
 /// Every change of `kind` objects (in `ns`, or everywhere).
 pub fn events(
     client: Client,
@@ -27,7 +36,12 @@ pub fn events(
                 .and_then(|g| g.recommended_kind(kind))
             {
                 Some((resource, _)) => break (client, resource),
-                None => tokio::time::sleep(LOOK_AGAIN).await,
+                None => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(LOOK_AGAIN) => {}
+                        _ = IN_USE.notified() => {}
+                    }
+                }
             }
         }
     })

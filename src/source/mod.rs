@@ -174,6 +174,7 @@ async fn resolve_with(
                 }
                 Err(e) => return Err(ResolveError::unavailable(format!("could not resolve sourceRef: {e}"))),
             };
+            flux::source_seen();
             let artifact = &obj.data["status"]["artifact"];
             let (Some(url), Some(revision)) =
                 (artifact["url"].as_str(), artifact["revision"].as_str())
