@@ -341,3 +341,199 @@ spec:
     f.wait_stack("app", "Ready with the passphrase from $PULUMI_ENV", ready)
         .await;
 }
+
+#[tokio::test]
+async fn update_template_ttl_removes_finished_updates_and_expect_no_changes_guards() {
+    let f = StackFixture::new("updtemplate").await;
+    let sha = f.repo.commit(&[("Pulumi.yaml", "name: e2e\nruntime: yaml\nconfig:\n  v:\n    type: string\n    default: one\nresources:\n  a:\n    type: standin:index:Record\n    properties:\n      value: ${v}\n")], "v1");
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        "  updateTemplate:\n    spec:\n      ttlAfterCompleted: 3s\n",
+    ));
+    let s = f.wait_stack("app", "Ready", ready).await;
+    let first = last(&s).name.unwrap();
+    let updates: Api<pulumi_operator_api::Update> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
+    wait_until(
+        Duration::from_secs(60),
+        "the finished Update to expire",
+        || async { updates.get_opt(&first).await.ok().flatten().is_none() },
+    )
+    .await;
+    let jobs: Api<Job> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
+    wait_until(Duration::from_secs(60), "its Job to go with it", || async {
+        jobs.get_opt(&first).await.ok().flatten().is_none()
+    })
+    .await;
+
+    // expectNoChanges from the template: a change now fails the update.
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        "  config:\n    v: two\n  updateTemplate:\n    spec:\n      expectNoChanges: true\n",
+    ));
+    let s = f
+        .wait_stack("app", "the unexpected change to fail the update", failed)
+        .await;
+    assert_eq!(
+        update_condition(&f, last(&s).name.as_deref().unwrap(), "Failed"),
+        "ExpectedNoChanges"
+    );
+}
+
+#[tokio::test]
+async fn target_dependents_widen_the_targets() {
+    let f = StackFixture::new("targetdeps").await;
+    let program = "name: e2e\nruntime: yaml\nresources:\n  a:\n    type: standin:index:Record\n    properties: {value: a}\n  b:\n    type: standin:index:Record\n    properties: {value: b}\n    options:\n      dependsOn: [\"${a}\"]\n  c:\n    type: standin:index:Record\n    properties: {value: c}\n";
+    let sha = f.repo.commit(&[("Pulumi.yaml", program)], "v1");
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        "  targets: [\"urn:pulumi:dev::e2e::standin:index:Record::a\"]\n  targetDependents: true\n",
+    ));
+    f.wait_stack("app", "Ready", ready).await;
+    let st = state(&f);
+    assert!(
+        st.contains("standin:index:Record::a") && st.contains("standin:index:Record::b"),
+        "{st}"
+    );
+    assert!(
+        !st.contains("standin:index:Record::c"),
+        "an unrelated resource was created: {st}"
+    );
+}
+
+#[tokio::test]
+async fn retry_on_update_conflict_waits_for_the_lock() {
+    let f = StackFixture::new("conflict").await;
+    let sha = f.repo.commit(&[("Pulumi.yaml", &program(&["a"]))], "v1");
+    // Another update (outside Kubernetes) holds the stack's lock.
+    let locks = f.sn.backend_dir.join(".pulumi/locks/organization/e2e/dev");
+    std::fs::create_dir_all(&locks).unwrap();
+    let lock = locks.join("5b2f2f9e-0000-4000-8000-000000000001.json");
+    std::fs::write(&lock, r#"{"pid":1,"username":"someone","hostname":"elsewhere","timestamp":"2026-01-01T00:00:00Z"}"#).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for dir in [
+        f.sn.backend_dir.join(".pulumi"),
+        f.sn.backend_dir.join(".pulumi/locks"),
+        f.sn.backend_dir.join(".pulumi/locks/organization"),
+        f.sn.backend_dir.join(".pulumi/locks/organization/e2e"),
+        locks.clone(),
+    ] {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        "  retryOnUpdateConflict: true\n",
+    ));
+    // The runner waits and retries; the lock goes away meanwhile.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(f.sn.ns.client.clone(), f.ns());
+    wait_until(T, "the update to start", || async {
+        pods.list(&kube::api::ListParams::default().labels("pulumi.com/stack-name=app"))
+            .await
+            .map(|l| !l.items.is_empty())
+            .unwrap_or(false)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    std::fs::remove_file(&lock).unwrap();
+    let s = f
+        .wait_stack("app", "Ready after the lock went away", ready)
+        .await;
+    let logs = kubectl(&[
+        "-n",
+        f.ns(),
+        "logs",
+        &format!("job/{}", last(&s).name.unwrap()),
+    ]);
+    assert!(
+        logs.contains("locked") || logs.contains("conflict") || logs.contains("retry"),
+        "no sign of the wait in:\n{logs}"
+    );
+}
+
+#[tokio::test]
+async fn secrets_provider_and_environments_reach_pulumi() {
+    let f = StackFixture::new("provider").await;
+    let sha = f.repo.commit(&[("Pulumi.yaml", &program(&["a"]))], "v1");
+    // The stand-in supports only the passphrase provider: any other fails at `stack init`,
+    // which shows that the field reaches Pulumi when the stack is created.
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        "  secretsProvider: \"awskms://alias/e2e-key\"\n",
+    ));
+    let s = f
+        .wait_stack("app", "stack creation to fail on the provider", failed)
+        .await;
+    assert!(last(&s)
+        .message
+        .unwrap_or_default()
+        .contains("awskms://alias/e2e-key"));
+
+    // ESC environments need Pulumi Cloud: the stand-in simulates it in a directory.
+    let cloud = f.sn.backend_dir.join("cloud");
+    std::fs::create_dir_all(&cloud).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&cloud, std::fs::Permissions::from_mode(0o777)).unwrap();
+    f.sn.ns.apply(&format!(
+        r#"apiVersion: pulumi.com/v1
+kind: Stack
+metadata: {{name: esc}}
+spec:
+  stack: organization/e2e/dev
+  projectRepo: {url}
+  commit: {sha}
+  backend: https://api.pulumi.com
+  serviceAccountName: pulumi
+  environment: [team/shared-settings]
+  envRefs:
+    PULUMI_ACCESS_TOKEN: {{type: Literal, literal: {{value: e2e-token}}}}
+    PULUMI_STANDIN_CLOUD_DIR: {{type: Literal, literal: {{value: "{cloud}"}}}}
+"#,
+        url = f.url(),
+        cloud = cloud.display()
+    ));
+    let s = f
+        .wait_stack("esc", "Ready with an ESC environment", ready)
+        .await;
+    let logs = kubectl(&[
+        "-n",
+        f.ns(),
+        "logs",
+        &format!("job/{}", last(&s).name.unwrap()),
+    ]);
+    assert!(
+        logs.contains("config env add team/shared-settings"),
+        "{logs}"
+    );
+    let _ = TEST_PASSPHRASE;
+}
+
+#[tokio::test]
+async fn expect_no_refresh_changes_runs_a_guarded_refresh_first() {
+    let f = StackFixture::new("refresh").await;
+    let sha = f.repo.commit(&[("Pulumi.yaml", &program(&["a"]))], "v1");
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        "  refresh: true\n  expectNoRefreshChanges: true\n",
+    ));
+    let s = f.wait_stack("app", "Ready", ready).await;
+    let logs = kubectl(&[
+        "-n",
+        f.ns(),
+        "logs",
+        &format!("job/{}", last(&s).name.unwrap()),
+    ]);
+    let refresh = logs
+        .lines()
+        .find(|l| l.contains("running pulumi") && l.contains(" refresh "))
+        .unwrap_or_default();
+    assert!(
+        refresh.contains("--expect-no-changes"),
+        "no guarded refresh in:\n{logs}"
+    );
+}
