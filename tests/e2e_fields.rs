@@ -537,3 +537,39 @@ async fn expect_no_refresh_changes_runs_a_guarded_refresh_first() {
         "no guarded refresh in:\n{logs}"
     );
 }
+
+#[tokio::test]
+async fn run_program_reaches_the_destroy() {
+    let f = StackFixture::new("runprogram").await;
+    // The delete of `nap` takes a few seconds, so the destroy can be watched while it runs.
+    let slow_delete = "name: e2e\nruntime: yaml\nresources:\n  nap:\n    type: standin:index:Sleep\n    properties:\n      seconds: 0\n      deleteSeconds: 6\n";
+    let sha = f.repo.commit(&[("Pulumi.yaml", slow_delete)], "v1");
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        "  destroyOnFinalize: true\n  runProgram: true\n",
+    ));
+    f.wait_stack("app", "Ready", ready).await;
+    kubectl(&["-n", f.ns(), "delete", "stack", "app", "--wait=false"]);
+    let updates: Api<pulumi_operator_api::Update> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
+    let destroy = wait_for(T, "the destroy Update", || async {
+        let list = updates.list(&Default::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|u| u.spec.update_type.as_ref().map(|t| t.as_str()) == Some("destroy"))
+    })
+    .await;
+    assert_eq!(destroy.spec.run_program, Some(true));
+    let name = kube::ResourceExt::name_any(&destroy);
+    let logs = wait_for(T, "the destroy's Pulumi command in its logs", || async {
+        let (ok, out, _) =
+            test_support::kubectl_result(&["-n", f.ns(), "logs", &format!("job/{name}")]);
+        (ok && out.contains("running pulumi") && out.contains(" destroy ")).then_some(out)
+    })
+    .await;
+    let line = logs
+        .lines()
+        .find(|l| l.contains("running pulumi") && l.contains(" destroy "))
+        .unwrap_or_default();
+    assert!(line.contains("--run-program"), "{line}");
+}
