@@ -172,9 +172,9 @@ pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
         return Ok(Action::await_change());
     }
     if !deleting && !has_finalizer {
+        // Then go on in this reconcile: waiting for the watch to show the finalizer would
+        // add a round trip before the first operation.
         set_finalizer(&api, &stack, true).await?;
-        // The patch is seen by the watch; continue with the next reconcile.
-        return Ok(Action::await_change());
     }
     let generation = stack.metadata.generation.unwrap_or(0);
     let request = stack
