@@ -501,6 +501,15 @@ async fn volume_over_the_agents_state_directory_does_not_break_the_container() {
     let ns = TestNamespace::new("shadow").await;
     let root = test_support::repo_root();
     let parent = root.parent().unwrap_or(&root).display().to_string();
+    // Also cover /tmp (where a CI checkout may live) unless the parent already is /tmp.
+    let (tmp_volume, tmp_mount) = if parent == "/tmp" {
+        (String::new(), String::new())
+    } else {
+        (
+            ", {name: tmp, emptyDir: {}}".to_string(),
+            ", {name: tmp, mountPath: /tmp}".to_string(),
+        )
+    };
     ns.apply(&format!(
         r#"
 apiVersion: v1
@@ -508,11 +517,11 @@ kind: Pod
 metadata: {{name: shadow}}
 spec:
   restartPolicy: Never
-  volumes: [{{name: scratch, emptyDir: {{}}}}, {{name: tmp, emptyDir: {{}}}}]
+  volumes: [{{name: scratch, emptyDir: {{}}}}{tmp_volume}]
   containers:
   - name: main
     image: busybox
-    volumeMounts: [{{name: scratch, mountPath: "{parent}"}}, {{name: tmp, mountPath: /tmp}}]
+    volumeMounts: [{{name: scratch, mountPath: "{parent}"}}{tmp_mount}]
     command: [sh, -c, 'echo -n shadowed-ok > /dev/termination-log']
 "#
     ));
