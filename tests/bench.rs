@@ -74,6 +74,24 @@ async fn stacks_applied_to_jobs_created() {
             let _ = tx.send((stack, Instant::now()));
         }
     });
+    let updates: Api<pulumi_operator_api::Update> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
+    let (utx, mut urx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+    let uwatch = tokio::spawn(async move {
+        let mut events = watcher(updates, watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(u)) = events.next().await {
+            let stack = u
+                .metadata
+                .labels
+                .unwrap_or_default()
+                .get("pulumi.com/stack-name")
+                .cloned()
+                .unwrap_or_default();
+            let _ = utx.send((stack, Instant::now()));
+        }
+    });
     let rss_before = operator_rss_kib();
     let mut applied: HashMap<String, Instant> = HashMap::new();
     let started = Instant::now();
@@ -98,6 +116,25 @@ async fn stacks_applied_to_jobs_created() {
         }
     }
     watch.abort();
+    uwatch.abort();
+    let mut first_update: HashMap<String, Instant> = HashMap::new();
+    while let Ok((stack, at)) = urx.try_recv() {
+        first_update.entry(stack).or_insert(at);
+    }
+    let mut to_update: Vec<Duration> = applied
+        .iter()
+        .filter_map(|(s, at)| {
+            first_update
+                .get(s)
+                .map(|u| u.saturating_duration_since(*at))
+        })
+        .collect();
+    to_update.sort();
+    println!(
+        "Stack applied -> Update created: p50 {:?}, p99 {:?}",
+        percentile(&to_update, 0.5),
+        percentile(&to_update, 0.99)
+    );
     let mut latencies: Vec<Duration> = applied
         .iter()
         .filter_map(|(s, at)| first_job.get(s).map(|j| j.saturating_duration_since(*at)))
