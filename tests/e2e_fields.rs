@@ -573,3 +573,69 @@ async fn run_program_reaches_the_destroy() {
         .unwrap_or_default();
     assert!(line.contains("--run-program"), "{line}");
 }
+
+#[tokio::test]
+async fn a_failing_destroy_keeps_the_stack_and_says_how_to_let_it_go() {
+    let f = StackFixture::new("faildestroy").await;
+    let program = "name: e2e\nruntime: yaml\nresources:\n  stuck:\n    type: standin:index:Fail\n    properties:\n      phase: delete\n      message: this resource refuses to be deleted\n";
+    let sha = f.repo.commit(&[("Pulumi.yaml", program)], "v1");
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        "  destroyOnFinalize: true\n  retryMaxBackoffDurationSeconds: 1\n",
+    ));
+    f.wait_stack("app", "Ready", ready).await;
+    kubectl(&["-n", f.ns(), "delete", "stack", "app", "--wait=false"]);
+    let s = f
+        .wait_stack("app", "the destroy to stall", |s| {
+            s.status
+                .as_ref()
+                .and_then(|x| x.conditions.as_ref())
+                .is_some_and(|c| {
+                    c.iter().any(|c| {
+                        c.type_ == "Stalled" && c.status == "True" && c.reason == "UpdateFailed"
+                    })
+                })
+        })
+        .await;
+    assert!(s
+        .metadata
+        .finalizers
+        .clone()
+        .unwrap_or_default()
+        .contains(&"finalizer.stack.pulumi.com".to_string()));
+    let stalled = s
+        .status
+        .clone()
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Stalled")
+        .unwrap();
+    assert!(
+        stalled.message.contains("kubectl patch stack app"),
+        "{}",
+        stalled.message
+    );
+    assert!(
+        state(&f).contains("standin:index:Fail"),
+        "the resource must still exist"
+    );
+    // The documented way out.
+    kubectl(&[
+        "-n",
+        f.ns(),
+        "patch",
+        "stack",
+        "app",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":[]}}"#,
+    ]);
+    let stacks = f.stacks();
+    wait_until(T, "the stack to be gone", || async {
+        stacks.get_opt("app").await.unwrap().is_none()
+    })
+    .await;
+}

@@ -381,8 +381,22 @@ pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
     let action = match decision {
         Decision::Synced { requeue } => {
             mark_result(&mut status, generation, &now);
-            if deleting {
-                // The destroy succeeded.
+            let destroyed = status.last_update.as_ref().is_some_and(|l| {
+                l.update_type == Some(UpdateType::Destroy)
+                    && l.state == Some(StackUpdateStateMessage::Succeeded)
+            });
+            if deleting && !destroyed {
+                // A destroy that keeps failing holds the Stack: say how to let it go.
+                let hint = format!(
+                    "; to delete the Stack without destroying its resources: kubectl patch stack {name} --type=merge -p '{{\"metadata\":{{\"finalizers\":[]}}}}'"
+                );
+                for c in status.conditions.iter_mut().flatten() {
+                    if c.type_ == names::CONDITION_STALLED && !c.message.contains("finalizers") {
+                        c.message.push_str(&hint);
+                    }
+                }
+            }
+            if deleting && destroyed {
                 if status != before {
                     write_status(&api, &name, &status).await?;
                 }
@@ -534,14 +548,23 @@ async fn start_update(
     let mut ws_value = serde_json::to_value(&workspace)?;
     ws_value["apiVersion"] = "auto.pulumi.com/v1alpha1".into();
     ws_value["kind"] = "Workspace".into();
-    workspaces
+    let applied = workspaces
         .patch(
             &stack.name_any(),
             &PatchParams::apply(FIELD_MANAGER).force(),
             &Patch::Apply(&ws_value),
         )
         .await?;
-    let update = build_update(stack, kind, reason, revision);
+    let mut update = build_update(stack, kind, reason, revision);
+    // The Update controller must build the Job from this Workspace, not an older cached one.
+    update
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            crate::stack::objects::WORKSPACE_GENERATION_ANNOTATION.to_string(),
+            applied.metadata.generation.unwrap_or(0).to_string(),
+        );
     let updates: Api<Update> = Api::namespaced(ctx.client.clone(), &ns);
     match updates.create(&PostParams::default(), &update).await {
         Ok(_) => info!(update = %update.name_any(), %reason, "update created"),

@@ -216,6 +216,16 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
     };
 
     let job = ctx.stores.jobs.get(&ObjectRef::new(&name).within(&ns));
+    let wanted_generation = update
+        .annotations()
+        .get(crate::stack::objects::WORKSPACE_GENERATION_ANNOTATION)
+        .and_then(|g| g.parse::<i64>().ok())
+        .unwrap_or(0);
+    if job.is_none() && ws.metadata.generation.unwrap_or(0) < wanted_generation {
+        // The cache has not seen the Workspace this Update was made for yet; its watch event
+        // triggers this reconcile again.
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
     if job.is_none() {
         let plan = match build_plan(&update, &ws) {
             Ok(p) => p,

@@ -19,6 +19,9 @@ use std::collections::BTreeMap;
 /// Annotations through which a Stack passes options PKO's Update spec has no field for.
 pub const RETRY_ON_CONFLICT_ANNOTATION: &str = "pulumi.com/retry-on-update-conflict";
 pub const EXPECT_NO_REFRESH_CHANGES_ANNOTATION: &str = "pulumi.com/expect-no-refresh-changes";
+/// The generation of the Workspace an Update was created against: its Job is built from that
+/// Workspace or a newer one, never from an older cached copy.
+pub const WORKSPACE_GENERATION_ANNOTATION: &str = "pulumi.com/workspace-generation";
 /// Program sources are referenced from the Workspace with this URL scheme.
 pub const PROGRAM_SCHEME: &str = "program://";
 
