@@ -555,6 +555,50 @@ async fn start_update(
             &Patch::Apply(&ws_value),
         )
         .await?;
+    // Server-side apply on this apiserver does not always drop a source the Workspace no
+    // longer has (e.g. git, when a destroy runs from the recorded project): remove it.
+    let stale: Vec<&str> = [
+        (
+            "git",
+            workspace.spec.git.is_none(),
+            applied.spec.git.is_some(),
+        ),
+        (
+            "flux",
+            workspace.spec.flux.is_none(),
+            applied.spec.flux.is_some(),
+        ),
+        (
+            "local",
+            workspace.spec.local.is_none(),
+            applied.spec.local.is_some(),
+        ),
+        (
+            "projectInfo",
+            workspace.spec.project_info.is_none(),
+            applied.spec.project_info.is_some(),
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, unwanted, present)| *unwanted && *present)
+    .map(|(field, _, _)| field)
+    .collect();
+    let applied = if stale.is_empty() {
+        applied
+    } else {
+        let spec: serde_json::Map<String, serde_json::Value> = stale
+            .iter()
+            .map(|f| (f.to_string(), serde_json::Value::Null))
+            .collect();
+        let patch = serde_json::json!({ "spec": spec });
+        workspaces
+            .patch(
+                &stack.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?
+    };
     let mut update = build_update(stack, kind, reason, revision);
     // The Update controller must build the Job from this Workspace, not an older cached one.
     update
