@@ -13,6 +13,7 @@ use crate::redact::Redactor;
 use crate::report::{log, succeeded};
 use crate::signals::Signals;
 use pulumi_operator_api::plan::{FailureReason, Operation, RunPlan, RunResult, Summary};
+use pulumi_operator_api::ProjectInfo;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -73,13 +74,21 @@ pub async fn run(
     result
 }
 
-async fn run_inner(
+/// A workspace made ready for Pulumi commands: the project read, dependencies installed, the
+/// stack selected (or created), ESC environments imported and the configuration applied.
+/// Shared by `run` (before its operation) and `workspace` (a retained workspace pod).
+pub struct Prepared {
+    pub runner: Runner,
+    pub project: ProjectInfo,
+}
+
+pub async fn prepare(
     plan: &RunPlan,
     layout: &Layout,
-    opts: &RunOptions,
+    pulumi: &Path,
     signals: Signals,
     redactor: &mut Redactor,
-) -> Result<RunResult, Failure> {
+) -> Result<Prepared, Failure> {
     let workspace = layout.workspace_dir();
     if !workspace.is_dir() {
         return Err(Failure::source_unavailable(format!(
@@ -110,7 +119,7 @@ async fn run_inner(
     let resolved = config::resolve(&plan.stack.config, &project.name, &Process, redactor)?;
     let config_steps = config::steps(&resolved);
 
-    let runner = Runner::new(&opts.pulumi, &workspace, signals);
+    let runner = Runner::new(pulumi, &workspace, signals);
     let version = {
         let out = runner.run(&pulumi::version()).await?;
         let v = out
@@ -149,6 +158,18 @@ async fn run_inner(
     for inv in &config_invocations {
         check(&runner.run(inv).await?, &inv.name())?;
     }
+    Ok(Prepared { runner, project })
+}
+
+async fn run_inner(
+    plan: &RunPlan,
+    layout: &Layout,
+    opts: &RunOptions,
+    signals: Signals,
+    redactor: &mut Redactor,
+) -> Result<RunResult, Failure> {
+    let Prepared { runner, .. } = prepare(plan, layout, &opts.pulumi, signals, redactor).await?;
+    let stack = plan.stack.name.as_str();
 
     let scratch = layout.scratch_dir();
     std::fs::create_dir_all(&scratch).map_err(|e| {

@@ -12,15 +12,11 @@
 //! the pod stops.
 
 use pulumi_operator_api::plan::{FailureReason, RunResult, WorkspacePlan};
-use pulumi_runner::classify::classify;
-use pulumi_runner::config::{self, Process};
 use pulumi_runner::error::Failure;
-use pulumi_runner::exec::{Outcome, Runner};
-use pulumi_runner::plan::{read_project, Layout};
-use pulumi_runner::pulumi::{self, Version};
+use pulumi_runner::plan::Layout;
 use pulumi_runner::redact::Redactor;
 use pulumi_runner::report::{log, succeeded};
-use pulumi_runner::run::missing_environments;
+use pulumi_runner::run;
 use pulumi_runner::signals::{self, Signals};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -118,131 +114,16 @@ async fn prepare(
     signals: Signals,
     redactor: &mut Redactor,
 ) -> Result<String, Failure> {
-    let plan = &wp.plan;
-    let workspace = layout.workspace_dir();
-    if !workspace.is_dir() {
-        return Err(Failure::source_unavailable(format!(
-            "no program at {}: the fetch step did not run or failed",
-            workspace.display()
-        )));
-    }
-    let project = match read_project(&workspace) {
-        Ok(Some(p)) => p,
-        Ok(None) => {
-            return Err(Failure::source_unavailable(format!(
-                "no Pulumi.yaml in {}",
-                workspace.display()
-            )))
-        }
-        Err(e) => {
-            return Err(Failure::new(
-                FailureReason::CompileError,
-                format!("invalid project file {e}"),
-            ))
-        }
-    };
-    let stack = plan.stack.name.as_str();
-    if stack.is_empty() {
-        return Err(Failure::config_invalid("the plan names no stack"));
-    }
-    let resolved = config::resolve(&plan.stack.config, &project.name, &Process, redactor)?;
-    let steps = config::steps(&resolved);
-    let runner = Runner::new(pulumi, &workspace, signals);
-    let out = runner.run(&pulumi::version()).await?;
-    let version = out
-        .success()
-        .then(|| Version::parse(&String::from_utf8_lossy(&out.stdout)))
-        .flatten();
-    let invocations = config::invocations(stack, &steps, version)?;
-
-    check_ok(&runner.run(&pulumi::install()).await?, "install")?;
-    select_stack(&runner, wp).await?;
-    if !plan.stack.environment.is_empty() {
-        let listed = if version.is_none_or(|v| v >= Version::ENVIRONMENTS_LS) {
-            let out = runner.run(&pulumi::config_env_ls(stack)).await?;
-            if out.success() {
-                serde_json::from_slice::<Vec<String>>(&out.stdout).unwrap_or_default()
-            } else {
-                Vec::new()
-            }
-        } else {
-            Vec::new()
-        };
-        let missing = missing_environments(&listed, &plan.stack.environment);
-        if !missing.is_empty() {
-            check_ok(
-                &runner.run(&pulumi::config_env_add(stack, &missing)).await?,
-                "config env add",
-            )?;
-        }
-    }
-    for inv in &invocations {
-        check_ok(&runner.run(inv).await?, &inv.name())?;
-    }
+    let prepared = run::prepare(&wp.plan, layout, pulumi, signals, redactor).await?;
     let revision = if wp.workspace.revision.is_empty() {
         String::new()
     } else {
         format!(" at {}", wp.workspace.revision)
     };
     Ok(format!(
-        "workspace {} ready: project {}{revision}, stack {stack} selected",
-        wp.workspace.name, project.name
+        "workspace {} ready: project {}{revision}, stack {} selected",
+        wp.workspace.name, prepared.project.name, wp.plan.stack.name
     ))
-}
-
-/// `stack select`, and `stack init` when the stack is missing and may be created (as `run`).
-async fn select_stack(runner: &Runner, wp: &WorkspacePlan) -> Result<(), Failure> {
-    let plan = &wp.plan;
-    let stack = plan.stack.name.as_str();
-    let out = runner.run(&pulumi::stack_select(stack)).await?;
-    if out.success() {
-        return Ok(());
-    }
-    let f = failure(&out, "stack select");
-    if f.reason != FailureReason::StackNotFound {
-        return Err(f);
-    }
-    if !plan.stack.create {
-        return Err(Failure::new(
-            FailureReason::StackNotFound,
-            format!("the stack {stack} does not exist and may not be created (useLocalStackOnly)"),
-        ));
-    }
-    let init = runner
-        .run(&pulumi::stack_init(
-            stack,
-            plan.stack.secrets_provider.as_deref(),
-        ))
-        .await?;
-    if !init.success() && !init.observed.error_summary().contains("already exists") {
-        return Err(failure(&init, "stack init"));
-    }
-    check_ok(
-        &runner.run(&pulumi::stack_select(stack)).await?,
-        "stack select",
-    )
-}
-
-fn failure(out: &Outcome, what: &str) -> Failure {
-    let reason = classify(out.code, &out.observed, out.interrupted);
-    let detail = out.observed.error_summary();
-    let message = if detail.is_empty() {
-        match out.code {
-            Some(c) => format!("pulumi {what} failed (exit code {c})"),
-            None => format!("pulumi {what} was killed by a signal"),
-        }
-    } else {
-        format!("pulumi {what} failed: {detail}")
-    };
-    Failure::new(reason, message)
-}
-
-fn check_ok(out: &Outcome, what: &str) -> Result<(), Failure> {
-    if out.success() {
-        Ok(())
-    } else {
-        Err(failure(out, what))
-    }
 }
 
 #[cfg(test)]

@@ -27,6 +27,8 @@ fn plan(ns: &str, uid: &str) -> RunPlan {
 
 #[tokio::test]
 async fn outputs_secret_written_on_cluster() {
+    // The Update kind must exist (this test may run before any other installs the operator).
+    test_support::install_operator().await;
     let ns = test_support::TestNamespace::new("runner").await;
     ns.apply(
         "apiVersion: auto.pulumi.com/v1alpha1\nkind: Update\nmetadata: {name: outputs-up}\nspec: {workspaceName: x, stackName: dev, type: up}\n",
