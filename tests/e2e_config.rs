@@ -5,7 +5,6 @@
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use pulumi_operator_api::Stack;
 use std::time::{Duration, Instant};
 use test_support::{kubectl, StackFixture, TEST_PASSPHRASE};
 
@@ -29,20 +28,7 @@ outputs:
   refSecret: ${refSecret}
 "#;
 
-fn ready(s: &Stack) -> bool {
-    s.status
-        .as_ref()
-        .and_then(|x| x.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        && s.status.as_ref().and_then(|x| x.observed_generation) == s.metadata.generation
-}
-
-fn last(s: &Stack) -> pulumi_operator_api::StackUpdateState {
-    s.status
-        .clone()
-        .and_then(|x| x.last_update)
-        .unwrap_or_default()
-}
+use test_support::{last_update as last, stack_ready as ready};
 
 #[tokio::test]
 async fn config_and_environment_from_every_kind_of_reference() {

@@ -26,20 +26,7 @@ fn state(f: &StackFixture) -> String {
         .unwrap_or_default()
 }
 
-fn ready(s: &Stack) -> bool {
-    s.status
-        .as_ref()
-        .and_then(|x| x.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        && s.status.as_ref().and_then(|x| x.observed_generation) == s.metadata.generation
-}
-
-fn last(s: &Stack) -> pulumi_operator_api::StackUpdateState {
-    s.status
-        .clone()
-        .and_then(|x| x.last_update)
-        .unwrap_or_default()
-}
+use test_support::{last_update as last, stack_ready as ready};
 
 fn failed(s: &Stack) -> bool {
     last(s).state.map(|x| x.as_str().to_string()).as_deref() == Some("failed")

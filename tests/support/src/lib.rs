@@ -1026,3 +1026,20 @@ impl GitHubApiStandIn {
         }
     }
 }
+
+/// A Stack is Ready for the generation it has now.
+pub fn stack_ready(s: &pulumi_operator_api::Stack) -> bool {
+    s.status
+        .as_ref()
+        .and_then(|x| x.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        && s.status.as_ref().and_then(|x| x.observed_generation) == s.metadata.generation
+}
+
+/// The Stack's `status.lastUpdate` (empty when it has none).
+pub fn last_update(s: &pulumi_operator_api::Stack) -> pulumi_operator_api::StackUpdateState {
+    s.status
+        .clone()
+        .and_then(|x| x.last_update)
+        .unwrap_or_default()
+}
