@@ -12,7 +12,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 step() { printf '\n==> %s\n' "$*" >&2; }
 
 step "starting the local Kubernetes cluster"
-eval "$(tests/local-cluster.sh up | tail -n1)"
+cluster="$(tests/local-cluster.sh up)"
+eval "$(tail -n1 <<<"$cluster")"
 export KUBECONFIG
 
 step "building the operator, the runner and the Pulumi CLI stand-in"

@@ -1,18 +1,16 @@
 #!/usr/bin/env bash
-# A real Kubernetes control plane on loopback for tests: etcd, kube-apiserver and
-# kube-controller-manager v1.20.2 (built once from Debian's source package and cached),
-# plus the test node agent (tests/node-agent), which stands in for the kubelet.
+# A real Kubernetes control plane on loopback for tests: etcd, kube-apiserver,
+# kube-controller-manager and kube-scheduler (the versions pinned in tests/tools/go.mod, built
+# once by tests/build-tools.sh and cached), plus the test node agent (tests/node-agent), which
+# stands in for the kubelet: the scheduler places pods on its Node, the agent runs them.
 #
 #   tests/local-cluster.sh up       start (or reuse) the cluster; last line: export KUBECONFIG=...
 #   tests/local-cluster.sh down     stop exactly what `up` started and remove its state
 #   tests/local-cluster.sh status   is it up, and where are its logs
-#   tests/local-cluster.sh build    only install prerequisites and build/cache the binaries
+#   tests/local-cluster.sh build    only install prerequisites and build/cache the binaries (tests/build-tools.sh)
 set -euo pipefail
 
-K8S_DEB_VERSION="1.20.5+really1.20.2-1.1+deb12u1"
-K8S_VERSION="v1.20.2"
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/pulumi-operator-rs"
-BIN_CACHE="$CACHE_ROOT/kubernetes-$K8S_VERSION"
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STATE_DIR="${LOCAL_CLUSTER_DIR:-$REPO_ROOT/.local-cluster}"
 
@@ -36,56 +34,22 @@ apt_install() {
 }
 
 install_prerequisites() {
-  apt_install etcd-server golang-go rsync jq openssl ca-certificates curl git golang-github-modern-go-reflect2-dev iproute2 util-linux tar openssh-client openssh-server
+  apt_install jq openssl ca-certificates curl git iproute2 util-linux tar openssh-client openssh-server
   command -v python3 >/dev/null || apt_install python3
   command -v kubectl >/dev/null || die "kubectl (>= 1.26, with built-in kustomize) is required on PATH"
 }
 
-build_kubernetes() {
-  if [ -x "$BIN_CACHE/kube-apiserver" ] && [ -x "$BIN_CACHE/kube-controller-manager" ]; then
-    return 0
-  fi
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler (and the Pulumi CLI) are built
+# from the Go modules pinned in tests/tools (tests/build-tools.sh), once, into a cache.
+TOOLS_BIN=""
+build_tools() {
   install_prerequisites
-  local work="$CACHE_ROOT/build-$K8S_VERSION"
-  rm -rf "$work"; mkdir -p "$work/lists/partial" "$work/src"
-  # A private apt config with a deb-src line for the machine's own bookworm mirror, so nothing
-  # global changes.
-  local uri
-  uri=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-  [ -n "$uri" ] || uri=$(awk '/^deb /{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
-  [ -n "$uri" ] || die "cannot find the Debian mirror URI in /etc/apt/sources.list.d/debian.sources"
-  echo "deb-src [trusted=yes] $uri bookworm main" > "$work/sources.list"
-  local aptopts=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
-                 -o "Dir::State::Lists=$work/lists")
-  log "fetching Debian's kubernetes source package ($K8S_DEB_VERSION)"
-  apt-get "${aptopts[@]}" update -qq >&2
-  (cd "$work/src" && apt-get "${aptopts[@]}" source --download-only "kubernetes=$K8S_DEB_VERSION" >&2)
-  local orig
-  orig=$(ls "$work/src"/kubernetes_*.orig.tar.gz | head -n1)
-  mkdir -p "$work/k8s"
-  tar xzf "$orig" -C "$work/k8s" --strip-components=1
-  # The vendored reflect2 v1.0.1 crashes on Go >= 1.18; Debian ships the fixed v1.0.2.
-  rm -rf "$work/k8s/vendor/github.com/modern-go/reflect2"
-  mkdir -p "$work/k8s/vendor/github.com/modern-go/reflect2"
-  cp /usr/share/gocode/src/github.com/modern-go/reflect2/*.go \
-     /usr/share/gocode/src/github.com/modern-go/reflect2/*.s "$work/k8s/vendor/github.com/modern-go/reflect2/"
-  log "building kube-apiserver and kube-controller-manager (takes ~6 minutes on 2 cores, once)"
-  (
-    cd "$work/k8s"
-    export GOPATH="$work/k8s/.go" CGO_ENABLED=0 GOCACHE="$work/gocache" HOME="$work/home"
-    mkdir -p .go/src/k8s.io "$HOME"
-    ln -sfn ../../.. .go/src/k8s.io/kubernetes
-    make WHAT="cmd/kube-apiserver cmd/kube-controller-manager" >&2
-  )
-  mkdir -p "$BIN_CACHE"
-  cp "$work/k8s/_output/bin/kube-apiserver" "$work/k8s/_output/bin/kube-controller-manager" "$BIN_CACHE/"
-  rm -rf "$work"
-  log "cached binaries in $BIN_CACHE"
+  TOOLS_BIN="$("$REPO_ROOT/tests/build-tools.sh" | tail -n1)"
+  [ -x "$TOOLS_BIN/kube-apiserver" ] || die "tests/build-tools.sh did not produce kube-apiserver"
 }
 
-
 # The images kustomize/ names for our own binaries, mapped by the node agent to the freshly
-# built executables; any image starting with pulumi/pulumi finds the Pulumi CLI stand-in on PATH.
+# built executables; any image starting with pulumi/pulumi finds the real Pulumi CLI on PATH.
 OPERATOR_IMAGE="ghcr.io/pulumi-operator-rs/operator"
 RUNNER_IMAGE="ghcr.io/pulumi-operator-rs/runner"
 
@@ -125,29 +89,47 @@ target_dir() {
   (cd "$REPO_ROOT" && cargo metadata --format-version 1 --no-deps 2>/dev/null | jq -r .target_directory)
 }
 
+# The image of `pulumi/pulumi*` containers: the real Pulumi CLI with its YAML language host and
+# the test provider plugins (ambient plugins, found on PATH), copied (hard-linked) next to each
+# other so that a non-root container can reach them.
+pulumi_image_dir() {
+  local tools dir="$STATE_DIR/pulumi-image"
+  tools="$("$REPO_ROOT/tests/build-tools.sh" --print)" || die "the Pulumi CLI is not built: run tests/build-tools.sh"
+  rm -rf "$dir"; mkdir -p "$dir"
+  local f
+  for f in "$tools"/pulumi "$tools"/pulumi-language-* "$tools"/pulumi-resource-*; do
+    [ -e "$f" ] || continue
+    ln -f "$f" "$dir/" 2>/dev/null || cp "$f" "$dir/"
+  done
+  chmod 0755 "$dir"
+  echo "$dir"
+}
+
 write_image_map() {
   local target; target="$(target_dir)/debug"
+  local pulumi_path="$target"
+  [ "${LOCAL_CLUSTER_PULUMI:-real}" = standin ] || pulumi_path="$(pulumi_image_dir)"
   cat >"$STATE_DIR/image-map.json" <<JSON
 {
   "images": [
     {"image": "$OPERATOR_IMAGE", "entrypoint": ["$target/pulumi-operator"], "user": 65532},
     {"image": "$RUNNER_IMAGE", "entrypoint": ["$target/pulumi-runner"], "user": 65532},
-    {"image": "pulumi/pulumi", "prefix": true, "path": ["$target"], "user": 1000}
+    {"image": "pulumi/pulumi", "prefix": true, "path": ["$pulumi_path"], "user": 1000,
+     "env": {"PULUMI_SKIP_UPDATE_CHECK": "true"}}
   ]
 }
 JSON
 }
 
 cmd_up() {
-  if pid_alive apiserver && pid_alive node-agent && api_ready; then
+  if pid_alive apiserver && pid_alive scheduler && pid_alive node-agent && api_ready; then
     log "cluster already running (state in $STATE_DIR)"
     write_image_map
     echo "export KUBECONFIG=$STATE_DIR/kubeconfig"
     return 0
   fi
   [ ! -d "$STATE_DIR/pids" ] || cmd_down
-  build_kubernetes
-  install_prerequisites
+  build_tools
   log "building the test node agent"
   (cd "$REPO_ROOT" && cargo build -q -p node-agent >&2)
   local agent_bin; agent_bin="$(target_dir)/debug/node-agent"
@@ -158,7 +140,7 @@ cmd_up() {
     etcd_data="/dev/shm/local-cluster-etcd-$$-$RANDOM"
   fi
   echo "$etcd_data" >"$STATE_DIR/etcd-data-dir"
-  read -r ETCD_PORT PEER_PORT API_PORT KCM_PORT AGENT_PORT <<<"$(free_ports 5)"
+  read -r ETCD_PORT PEER_PORT API_PORT KCM_PORT SCHED_PORT AGENT_PORT <<<"$(free_ports 6)"
 
   log "generating keys and an admin token"
   openssl genrsa -out "$STATE_DIR/pki/sa.key" 2048 2>/dev/null
@@ -171,18 +153,19 @@ cmd_up() {
   chmod 600 "$STATE_DIR/pki/tokens.csv" "$STATE_DIR/pki/sa.key"
 
   log "starting etcd on 127.0.0.1:$ETCD_PORT"
-  start_bg etcd etcd --name default --data-dir "$etcd_data" \
+  start_bg etcd "$TOOLS_BIN/etcd" --name default --data-dir "$etcd_data" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
     --listen-peer-urls "http://127.0.0.1:$PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$PEER_PORT" \
-    --initial-cluster "default=http://127.0.0.1:$PEER_PORT"
+    --initial-cluster "default=http://127.0.0.1:$PEER_PORT" --unsafe-no-fsync --log-level=warn
 
-  log "starting kube-apiserver $K8S_VERSION on 127.0.0.1:$API_PORT"
-  start_bg apiserver "$BIN_CACHE/kube-apiserver" --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-    --bind-address=127.0.0.1 --secure-port="$API_PORT" --advertise-address=127.0.0.1 --insecure-port=0 \
+  log "starting kube-apiserver $("$TOOLS_BIN/kube-apiserver" --version) on 127.0.0.1:$API_PORT"
+  start_bg apiserver "$TOOLS_BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --bind-address=127.0.0.1 --secure-port="$API_PORT" --advertise-address=127.0.0.1 \
     --cert-dir="$STATE_DIR/certs" --token-auth-file="$STATE_DIR/pki/tokens.csv" --authorization-mode=RBAC \
     --service-account-key-file="$STATE_DIR/pki/sa.pub" --service-account-signing-key-file="$STATE_DIR/pki/sa.key" \
     --service-account-issuer=https://kubernetes.default.svc --service-cluster-ip-range=10.96.0.0/16 \
-    --kubelet-preferred-address-types=InternalIP --feature-gates=TTLAfterFinished=true \
+    --kubelet-preferred-address-types=InternalIP --enable-admission-plugins=PodSecurity --endpoint-reconciler-type=none \
+    --disable-admission-plugins=TaintNodesByCondition \
     --max-requests-inflight=800 --max-mutating-requests-inflight=400
 
   cat >"$STATE_DIR/kubeconfig" <<KC
@@ -206,12 +189,18 @@ KC
   wait_for 90 "kube-apiserver to answer" api_ready
 
   log "starting kube-controller-manager"
-  start_bg controller-manager "$BIN_CACHE/kube-controller-manager" --kubeconfig="$STATE_DIR/kubeconfig" \
+  start_bg controller-manager "$TOOLS_BIN/kube-controller-manager" --kubeconfig="$STATE_DIR/kubeconfig" \
     --service-account-private-key-file="$STATE_DIR/pki/sa.key" --root-ca-file="$STATE_DIR/certs/apiserver.crt" \
     --use-service-account-credentials=true --leader-elect=false --bind-address=127.0.0.1 \
-    --secure-port="$KCM_PORT" --port=0 --feature-gates=TTLAfterFinished=true \
+    --secure-port="$KCM_PORT" \
     --kube-api-qps=200 --kube-api-burst=400 --concurrent-gc-syncs=40 \
-    --controllers='*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service,-route'
+    --controllers='*,-node-ipam-controller,-node-lifecycle-controller'
+
+  log "starting kube-scheduler"
+  start_bg scheduler "$TOOLS_BIN/kube-scheduler" --kubeconfig="$STATE_DIR/kubeconfig" \
+    --authentication-kubeconfig="$STATE_DIR/kubeconfig" --authorization-kubeconfig="$STATE_DIR/kubeconfig" \
+    --leader-elect=false --bind-address=127.0.0.1 --secure-port="$SCHED_PORT" \
+    --kube-api-qps=200 --kube-api-burst=400
 
   log "starting the node agent (stand-in for the kubelet) on 127.0.0.1:$AGENT_PORT"
   write_image_map
@@ -223,8 +212,8 @@ KC
   local k=(kubectl --kubeconfig "$STATE_DIR/kubeconfig")
   wait_for 60 "the node to be Ready" bash -c \
     "[ \"\$(${k[*]} get node local-node -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}')\" = True ]"
-  wait_for 60 "the default ServiceAccount and its token" bash -c \
-    "${k[*]} -n default get serviceaccount default -o jsonpath='{.secrets[0].name}' | grep -q ."
+  wait_for 60 "the default ServiceAccount" "${k[@]}" -n default get serviceaccount default
+  wait_for 60 "the cluster's root CA ConfigMap" "${k[@]}" -n default get configmap kube-root-ca.crt
   log "cluster is up: $("${k[@]}" version -o json 2>/dev/null | jq -r .serverVersion.gitVersion), logs in $STATE_DIR/logs"
   echo "export KUBECONFIG=$STATE_DIR/kubeconfig"
 }
@@ -232,7 +221,7 @@ KC
 cmd_down() {
   [ -d "$STATE_DIR/pids" ] || { log "no cluster state in $STATE_DIR"; rm -rf "$STATE_DIR"; return 0; }
   # Stop in reverse order, by recorded pid only: the agent first so that it ends its pods.
-  for name in node-agent controller-manager apiserver etcd; do
+  for name in node-agent scheduler controller-manager apiserver etcd; do
     local f="$STATE_DIR/pids/$name"
     [ -f "$f" ] || continue
     local pid; pid=$(cat "$f")
@@ -254,7 +243,7 @@ cmd_status() {
     return 1
   fi
   local all=0
-  for name in etcd apiserver controller-manager node-agent; do
+  for name in etcd apiserver controller-manager scheduler node-agent; do
     if pid_alive "$name"; then echo "$name: running (pid $(cat "$STATE_DIR/pids/$name"))"; else echo "$name: NOT running"; all=1; fi
   done
   if api_ready; then echo "API: ready"; else echo "API: not answering"; all=1; fi
@@ -267,6 +256,6 @@ case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  build) build_kubernetes ;;
+  build) build_tools; echo "$TOOLS_BIN" ;;
   *) echo "usage: $0 up|down|status|build" >&2; exit 2 ;;
 esac

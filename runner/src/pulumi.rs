@@ -105,10 +105,14 @@ pub fn version() -> Invocation {
     inv
 }
 
-/// `pulumi install`: installs the program's dependencies and plugins (PKO runs it once per
-/// workspace pod; here every Job is a fresh pod).
+/// `pulumi install --no-plugins`: installs the program's dependencies (npm, pip, `packages:`)
+/// (PKO runs it once per workspace pod; here every Job is a fresh pod). Provider plugins are
+/// left to the operation itself, which uses a plugin on PATH (an "ambient" plugin baked into
+/// the image, as air-gapped clusters do), then the plugin cache, and only then downloads one;
+/// `pulumi install` would insist on downloading a plugin the program names without a version
+/// even when the image has it on PATH.
 pub fn install() -> Invocation {
-    Invocation::new(&["install"])
+    Invocation::new(&["install", "--no-plugins"])
 }
 
 /// `P stack select --stack S`.

@@ -30,11 +30,14 @@ fn status(cfg: &Config) -> serde_json::Value {
             {"type": "Hostname", "address": cfg.node_name},
         ],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": cfg.port}},
+        // As a 1.36+ kubelet does: it serves exec/attach/port-forward over WebSockets itself,
+        // so the apiserver proxies kubectl's WebSocket stream instead of translating it to SPDY.
+        "declaredFeatures": ["ExtendWebSocketsToKubelet"],
         "nodeInfo": {
             "machineID": "", "systemUUID": "", "bootID": "",
             "kernelVersion": "", "osImage": "local processes (test node agent)",
             "containerRuntimeVersion": "local-process://0.1.0",
-            "kubeletVersion": "v1.20.2", "kubeProxyVersion": "v1.20.2",
+            "kubeletVersion": "v1.37.2", "kubeProxyVersion": "",
             "operatingSystem": "linux", "architecture": std::env::consts::ARCH,
         },
     })

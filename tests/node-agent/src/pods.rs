@@ -1,4 +1,4 @@
-//! The pod lifecycle, as the kubelet runs it: bind, prepare volumes, init containers in order,
+//! The pod lifecycle, as the kubelet runs it for pods the scheduler placed on this Node: prepare volumes, init containers in order,
 //! then containers with the pod's restart policy and readiness probes; status published after
 //! every change; graceful deletion (SIGTERM, grace period, SIGKILL) and final removal.
 
@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{
     ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::Client;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -32,8 +32,6 @@ pub struct Agent {
     pub cfg: Config,
     pods: Mutex<HashMap<String, Arc<PodHandle>>>,
     next_ip: AtomicU32,
-    /// Pods (uids) a bind task is already working on (it may wait for a cordon or claims).
-    binding: Mutex<std::collections::HashSet<String>>,
 }
 
 /// What the agent knows about one pod it runs.
@@ -151,7 +149,6 @@ impl Agent {
             cfg,
             pods: Mutex::new(HashMap::new()),
             next_ip: AtomicU32::new(0),
-            binding: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -188,28 +185,9 @@ impl Agent {
         let spec = pod.spec.as_ref();
         let node = spec.and_then(|s| s.node_name.clone()).unwrap_or_default();
         let deleting = pod.metadata.deletion_timestamp.is_some();
+        // Unscheduled pods are kube-scheduler's business: it places them on this Node (or
+        // leaves them Pending when they do not fit: cordon, taints, affinity, unbound claims).
         if node.is_empty() {
-            let default_scheduler = spec
-                .and_then(|s| s.scheduler_name.as_deref())
-                .is_none_or(|s| s == "default-scheduler");
-            let first = self
-                .binding
-                .lock()
-                .map(|mut b| b.insert(uid.clone()))
-                .unwrap_or(true);
-            if !deleting && default_scheduler && first {
-                let agent = self.clone();
-                tokio::spawn(async move {
-                    agent.bind(&pod).await;
-                    if let Ok(mut b) = agent.binding.lock() {
-                        b.remove(&uid);
-                    }
-                });
-            } else if first {
-                if let Ok(mut b) = self.binding.lock() {
-                    b.remove(&uid);
-                }
-            }
             return;
         }
         if node != self.cfg.node_name {
@@ -321,76 +299,6 @@ impl Agent {
             agent.run_pod(&handle, &pod).await;
             agent.finish(&handle, &pod).await;
         });
-    }
-
-    /// Whether the Node is cordoned (`kubectl cordon`), in which case no pod is bound to it.
-    async fn cordoned(&self) -> bool {
-        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
-        nodes
-            .get_opt(&self.cfg.node_name)
-            .await
-            .ok()
-            .flatten()
-            .and_then(|n| n.spec)
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false)
-    }
-
-    async fn bind(&self, pod: &Pod) {
-        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-        let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-        // A cordoned node takes no new pods; they wait, Pending, as with a real scheduler.
-        while self.cordoned().await {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            match api.get_opt(name).await {
-                Ok(Some(p))
-                    if p.metadata.uid == pod.metadata.uid
-                        && p.metadata.deletion_timestamp.is_none() => {}
-                _ => return,
-            }
-        }
-        // As the scheduler's volume binding does: a pod waits until its claims are bound.
-        let claims: Vec<String> = pod
-            .spec
-            .iter()
-            .flat_map(|s| s.volumes.iter().flatten())
-            .filter_map(|v| v.persistent_volume_claim.as_ref())
-            .map(|c| c.claim_name.clone())
-            .collect();
-        let mut logged = false;
-        while let Err(why) = crate::pvc::claims_bound(&self.client, ns, &claims).await {
-            if !logged {
-                info!(pod = %format!("{ns}/{name}"), "waiting to bind: {why}");
-                logged = true;
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            match api.get_opt(name).await {
-                Ok(Some(p))
-                    if p.metadata.uid == pod.metadata.uid
-                        && p.metadata.deletion_timestamp.is_none() => {}
-                _ => return,
-            }
-        }
-        let binding = serde_json::json!({
-            "apiVersion": "v1", "kind": "Binding",
-            "metadata": {"name": name, "namespace": ns},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": self.cfg.node_name},
-        });
-        match api
-            .create_subresource::<_, serde_json::Value>(
-                "binding",
-                name,
-                &PostParams::default(),
-                &binding,
-            )
-            .await
-        {
-            Ok(_) => info!(pod = %format!("{ns}/{name}"), "bound to {}", self.cfg.node_name),
-            // Conflict: already bound by an earlier event.
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => warn!(pod = %format!("{ns}/{name}"), "binding failed: {e}"),
-        }
     }
 
     async fn mark_lost(&self, pod: &Pod) {
@@ -868,16 +776,13 @@ impl Agent {
         let entry = entry.as_ref();
 
         let mut env: Vec<(String, String)> = Vec::new();
-        let host_path =
-            std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
+        // As a container runtime does: the image's PATH (not the agent's), HOME from the
+        // user's passwd entry (else `/`), nothing else from the host.
         let mut path_dirs: Vec<String> = entry.map(|e| e.path.clone()).unwrap_or_default();
-        path_dirs.push(host_path);
+        path_dirs.push(IMAGE_PATH.into());
         env.push(("PATH".into(), path_dirs.join(":")));
         env.push(("HOSTNAME".into(), handle.name.clone()));
-        env.push((
-            "HOME".into(),
-            if uid == 0 { "/root".into() } else { "/".into() },
-        ));
+        env.push(("HOME".into(), home_of(uid)));
         for (k, v) in entry.iter().flat_map(|e| e.env.iter()) {
             env.push((k.clone(), v.clone()));
         }
@@ -919,6 +824,7 @@ impl Agent {
         Ok((
             ProcessSpec {
                 argv,
+                hostname: handle.name.clone(),
                 env,
                 working_dir: c.working_dir.clone(),
                 uid: uid as u32,
@@ -948,6 +854,22 @@ impl Agent {
             }
         }
     }
+}
+
+/// The PATH a Debian-based image sets.
+const IMAGE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The home directory of a uid as a container runtime finds it (the passwd entry), else `/`.
+fn home_of(uid: i64) -> String {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    passwd
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() >= 6 && f[2].parse::<i64>().ok() == Some(uid)).then(|| f[5].to_string())
+        })
+        .next()
+        .unwrap_or_else(|| "/".into())
 }
 
 fn append_log(path: &std::path::Path, message: &str) {

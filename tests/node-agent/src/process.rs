@@ -1,6 +1,13 @@
 //! One container = one local process tree: its own session, its own private mount namespace
-//! with every volume bind-mounted at its real path, the pod's uid/gid, stdout and stderr
-//! captured into a CRI-style log file (`<RFC3339Nano> <stream> F <line>`).
+//! with every volume bind-mounted at its real path, its own PID namespace (the command is PID 1
+//! there, with its own /proc, so that killing it ends every process of the container, as a
+//! container runtime does) and UTS namespace (the pod's hostname), the pod's uid/gid, stdout
+//! and stderr captured into a CRI-style log file (`<RFC3339Nano> <stream> F <line>`).
+//!
+//! The process the agent sees (and signals) is a small supervisor left by a second fork: it
+//! forwards every catchable signal to the container's PID 1 and ends with the same exit status
+//! or signal; when it is SIGKILLed, the kernel kills PID 1 (parent-death signal) and with it
+//! the whole PID namespace.
 
 use crate::volumes::Mount;
 use std::ffi::CString;
@@ -13,6 +20,8 @@ use tokio::process::{Child, Command};
 
 pub struct ProcessSpec {
     pub argv: Vec<String>,
+    /// The pod's hostname (its name), set in the container's UTS namespace.
+    pub hostname: String,
     pub env: Vec<(String, String)>,
     pub working_dir: Option<String>,
     pub uid: u32,
@@ -108,6 +117,14 @@ pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
         None => vec![cstr(Path::new("/"))?],
     };
     let root = cstr(Path::new("/"))?;
+    let proc_dir = cstr(Path::new("/proc"))?;
+    let proc_fs = cstr(Path::new("proc"))?;
+    // As the kubelet does: a hostname is at most 63 characters, without a trailing `-`/`.`.
+    let mut hostname = spec.hostname.clone().into_bytes();
+    hostname.truncate(63);
+    while hostname.last().is_some_and(|b| *b == b'-' || *b == b'.') {
+        hostname.pop();
+    }
     let (uid, gid) = (spec.uid, spec.gid);
 
     let Some(program) = spec.argv.first() else {
@@ -128,7 +145,8 @@ pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
     unsafe {
         cmd.pre_exec(move || {
             check(libc::setsid())?;
-            check(libc::unshare(libc::CLONE_NEWNS))?;
+            check(libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWUTS))?;
+            check(libc::sethostname(hostname.as_ptr().cast(), hostname.len()))?;
             check(libc::mount(
                 std::ptr::null(),
                 root.as_ptr(),
@@ -182,6 +200,23 @@ pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
             for dir in &workdir {
                 libc::mkdir(dir.as_ptr(), 0o755);
             }
+            // The container's own PID namespace: this process stays outside as the supervisor;
+            // its child is PID 1 inside and goes on to exec the command.
+            check(libc::unshare(libc::CLONE_NEWPID))?;
+            let child = libc::fork();
+            check(child)?;
+            if child > 0 {
+                supervise(child);
+            }
+            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL))?;
+            // A /proc that shows only the container's processes.
+            libc::mount(
+                proc_fs.as_ptr(),
+                proc_dir.as_ptr(),
+                proc_fs.as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                std::ptr::null(),
+            );
             check(libc::setgroups(0, std::ptr::null()))?;
             check(libc::setgid(gid))?;
             check(libc::setuid(uid))?;
@@ -214,6 +249,78 @@ pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
         pid,
         log_tasks,
     })
+}
+
+/// The container's PID 1, as seen from the supervisor (written once, after fork).
+static CONTAINER_PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn forward_signal(sig: libc::c_int) {
+    let pid = CONTAINER_PID.load(std::sync::atomic::Ordering::Relaxed);
+    if pid > 0 {
+        // SAFETY: kill(2) is async-signal-safe.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+/// The supervisor (runs after fork, so only async-signal-safe calls): forwards signals to the
+/// container's PID 1, waits for it, and ends the same way it ended. Never returns.
+///
+/// # Safety
+/// Must only be called in a forked child, with `child` its own child.
+unsafe fn supervise(child: libc::pid_t) -> ! {
+    CONTAINER_PID.store(child, std::sync::atomic::Ordering::Relaxed);
+    for sig in [
+        libc::SIGTERM,
+        libc::SIGINT,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGWINCH,
+        libc::SIGCONT,
+    ] {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = forward_signal as *const () as usize;
+        action.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(sig, &action, std::ptr::null_mut());
+    }
+    // Only the child writes to the pipes; keep the supervisor's copies from holding them open.
+    // That includes std's exec-error pipe (close-on-exec, but the supervisor never execs):
+    // `spawn` waits for it to close.
+    let mut fd = 3;
+    while fd < 4096 {
+        libc::close(fd);
+        fd += 1;
+    }
+    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+    if null >= 0 {
+        libc::dup2(null, 0);
+        libc::dup2(null, 1);
+        libc::dup2(null, 2);
+    }
+    let mut status: libc::c_int = 0;
+    loop {
+        let r = libc::waitpid(child, &mut status, 0);
+        if r == child {
+            break;
+        }
+        if r == -1 && *libc::__errno_location() != libc::EINTR {
+            libc::_exit(127);
+        }
+    }
+    if libc::WIFSIGNALED(status) {
+        let sig = libc::WTERMSIG(status);
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::kill(libc::getpid(), sig);
+    }
+    libc::_exit(libc::WEXITSTATUS(status))
 }
 
 /// Writes `/proc/self/fd/<fd>` and a NUL into `buf` without allocating (runs after fork).

@@ -176,25 +176,6 @@ pub async fn run(client: Client, state_dir: PathBuf) {
     }
 }
 
-/// Whether every claim a pod mounts is bound, as a scheduler requires before it places a
-/// pod; the error names the first claim that is missing or not bound yet.
-pub async fn claims_bound(
-    client: &Client,
-    namespace: &str,
-    claims: &[String],
-) -> Result<(), String> {
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
-    for name in claims {
-        match api.get_opt(name).await {
-            Ok(Some(c)) if c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound") => {}
-            Ok(Some(_)) => return Err(format!("persistentvolumeclaim \"{name}\" is not bound")),
-            Ok(None) => return Err(format!("persistentvolumeclaim \"{name}\" not found")),
-            Err(e) => return Err(format!("persistentvolumeclaim \"{name}\": {e}")),
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -168,7 +168,7 @@ spec:
   - name: main
     image: busybox
     volumeMounts: [{{name: m, mountPath: /marker}}]
-    command: [sh, -c, 'trap "echo got-term > /marker/polite; exit 0" TERM; echo $$$$ > /marker/polite.pid; while true; do sleep 0.1; done']
+    command: [sh, -c, 'trap "echo got-term > /marker/polite; exit 0" TERM; echo $$$$ > /marker/polite.pid; while true; do date +%s%N > /marker/polite.beat; sleep 0.1; done']
 ---
 apiVersion: v1
 kind: Pod
@@ -180,7 +180,7 @@ spec:
   - name: main
     image: busybox
     volumeMounts: [{{name: m, mountPath: /marker}}]
-    command: [sh, -c, 'trap "echo ignored-term > /marker/stubborn" TERM; echo $$$$ > /marker/stubborn.pid; while true; do sleep 0.1; done']
+    command: [sh, -c, 'setsid sh -c "trap \"\" TERM; while true; do date +%s%N > /marker/stubborn.child; sleep 0.1; done" & trap "echo ignored-term > /marker/stubborn" TERM; echo $$$$ > /marker/stubborn.pid; while true; do date +%s%N > /marker/stubborn.beat; sleep 0.1; done']
 "#
     ));
     ns.kubectl(&[
@@ -201,9 +201,12 @@ spec:
             .parse::<i32>()
             .unwrap()
     };
-    let (polite, stubborn) = (pid("polite.pid"), pid("stubborn.pid"));
-    let alive = |p: i32| unsafe { libc::kill(p, 0) == 0 };
-    assert!(alive(polite) && alive(stubborn));
+    // Each container is PID 1 of its own PID namespace, as with a container runtime.
+    assert_eq!((pid("polite.pid"), pid("stubborn.pid")), (1, 1));
+    wait_until(T, "the stubborn pod's detached child", || async {
+        marker.join("stubborn.child").exists()
+    })
+    .await;
 
     let start = std::time::Instant::now();
     ns.kubectl(&["delete", "pod", "polite", "stubborn", "--wait=false"]);
@@ -230,10 +233,15 @@ spec:
         start.elapsed() >= Duration::from_secs(2),
         "SIGKILL came before the grace period"
     );
-    assert!(
-        !alive(polite) && !alive(stubborn),
-        "a container process survived its pod"
-    );
+    // Nothing of either container runs any more, not even the child that left the process
+    // group and ignores SIGTERM: the PID namespace ended with its PID 1.
+    let beats = || {
+        ["polite.beat", "stubborn.beat", "stubborn.child"]
+            .map(|f| std::fs::read_to_string(marker.join(f)).unwrap_or_default())
+    };
+    let before = beats();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(before, beats(), "a container process survived its pod");
     let _ = std::fs::remove_dir_all(&marker);
 }
 
@@ -367,16 +375,12 @@ subjects: [{kind: ServiceAccount, name: reader}]
 "#,
     );
     for sa in ["nobody", "reader"] {
-        // The token controller creates each ServiceAccount's token Secret asynchronously.
+        // Tokens are requested per pod (TokenRequest, the projected kube-api-access volume);
+        // the ServiceAccount must exist before its pod is admitted.
         let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
             Api::namespaced(ns.client.clone(), &ns.name);
-        wait_until(T, "the token secret", || async {
-            sas.get_opt(sa)
-                .await
-                .ok()
-                .flatten()
-                .and_then(|s| s.secrets)
-                .is_some_and(|s| !s.is_empty())
+        wait_until(T, "the ServiceAccount", || async {
+            sas.get_opt(sa).await.ok().flatten().is_some()
         })
         .await;
         ns.apply(&format!(
