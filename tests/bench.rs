@@ -7,6 +7,13 @@
 //! then the operator's resident memory (its pod is a local process on the test cluster).
 //! Kubernetes' own pace (Job → pod, about 6 pods/s from the controller-manager here) is not
 //! part of the latency.
+//!
+//!     BENCH_RUNS=5 cargo test --release --test bench runner -- --ignored --nocapture
+//!
+//! Runs one small real-Pulumi update per Stack, one after the other, and prints from each
+//! Job's pod status and `kubectl logs --timestamps`: the runner's start → its first `pulumi`
+//! process, start → the `pulumi up` process, the `pulumi` container's duration, and the Job's
+//! whole time (created → complete).
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
@@ -14,7 +21,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::Api;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-use test_support::StackFixture;
+use test_support::{kubectl, last_update, stack_ready, StackFixture};
 
 fn operator_rss_kib() -> Vec<u64> {
     let mut out = Vec::new();
@@ -157,5 +164,117 @@ async fn stacks_applied_to_jobs_created() {
         latencies.len(),
         n,
         "some Stacks got no Job within 5 minutes"
+    );
+}
+
+/// A `kubectl logs --timestamps` line's time and text.
+fn stamped(line: &str) -> Option<(jiff::Timestamp, &str)> {
+    let (ts, rest) = line.split_once(' ')?;
+    Some((ts.parse().ok()?, rest))
+}
+
+fn seconds(from: jiff::Timestamp, to: jiff::Timestamp) -> f64 {
+    (to.as_millisecond() - from.as_millisecond()) as f64 / 1000.0
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+#[tokio::test]
+#[ignore]
+async fn runner_overhead_and_job_time_with_real_pulumi() {
+    let runs: usize = std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let f = StackFixture::new("bench-runner").await;
+    let sha = f.repo.commit(
+        &[("Pulumi.yaml", "name: bench\nruntime: yaml\nresources:\n  a:\n    type: standin:index:Record\n    properties: {value: x}\noutputs:\n  v: ${a.value}\n")],
+        "bench",
+    );
+    let (mut to_first, mut to_up, mut container, mut job_total) = (vec![], vec![], vec![], vec![]);
+    for i in 0..runs {
+        let name = format!("r{i}");
+        f.sn.ns
+            .apply(&f.stack_yaml(&name, &format!("commit: {sha}"), ""));
+        let s = f
+            .wait_stack_for(Duration::from_secs(300), &name, "Ready", stack_ready)
+            .await;
+        let update = last_update(&s).name.expect("an update");
+        let logs = kubectl(&[
+            "-n",
+            f.ns(),
+            "logs",
+            &format!("job/{update}"),
+            "-c",
+            "pulumi",
+            "--timestamps",
+        ]);
+        let lines: Vec<(jiff::Timestamp, &str)> = logs.lines().filter_map(stamped).collect();
+        let start = lines.first().map(|l| l.0).expect("runner output");
+        let exec = |needle: &str| {
+            lines
+                .iter()
+                .find(|(_, t)| t.contains(needle))
+                .map(|(at, _)| seconds(start, *at))
+        };
+        to_first.push(exec("running pulumi").unwrap_or(f64::NAN));
+        to_up.push(exec("running pulumi --non-interactive up").unwrap_or(f64::NAN));
+        let job: serde_json::Value = serde_json::from_str(&kubectl(&[
+            "-n",
+            f.ns(),
+            "get",
+            "job",
+            &update,
+            "-o",
+            "json",
+        ]))
+        .unwrap();
+        let at = |v: &serde_json::Value| v.as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok());
+        if let (Some(c), Some(d)) = (
+            at(&job["metadata"]["creationTimestamp"]),
+            at(&job["status"]["completionTime"]),
+        ) {
+            job_total.push(seconds(c, d));
+        }
+        let pods: serde_json::Value = serde_json::from_str(&kubectl(&[
+            "-n",
+            f.ns(),
+            "get",
+            "pods",
+            "-l",
+            &format!("job-name={update}"),
+            "-o",
+            "json",
+        ]))
+        .unwrap();
+        if let Some(st) = pods["items"][0]["status"]["containerStatuses"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["name"] == "pulumi"))
+        {
+            let t = &st["state"]["terminated"];
+            if let (Some(a), Some(b)) = (at(&t["startedAt"]), at(&t["finishedAt"])) {
+                container.push(seconds(a, b));
+            }
+        }
+    }
+    println!("{runs} updates with the real Pulumi CLI (one Record each), medians:");
+    println!(
+        "  runner start -> first pulumi process: {:.3} s",
+        median(to_first)
+    );
+    println!(
+        "  runner start -> `pulumi up` process:  {:.3} s",
+        median(to_up)
+    );
+    println!(
+        "  pulumi container (runner + Pulumi):   {:.1} s",
+        median(container)
+    );
+    println!(
+        "  Job created -> Job complete:          {:.1} s",
+        median(job_total)
     );
 }

@@ -79,4 +79,8 @@ done
 rm -rf "$BIN_DIR"
 mv "$BIN_DIR.partial" "$BIN_DIR"
 log "tools cached in $BIN_DIR"
+# Earlier pins' binaries (about 0.5 GB each) are not needed any more.
+for old in "$CACHE_ROOT"/tools-*; do
+  [ "$old" = "${BIN_DIR%/bin}" ] || rm -rf "$old"
+done
 echo "$BIN_DIR"

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The demo: from a bare machine to a deployed Stack on a local Kubernetes cluster.
 #   1. starts the local cluster (tests/local-cluster.sh up; builds Kubernetes once),
-#   2. builds the operator, the runner and the Pulumi CLI stand-in,
+#   2. builds the operator and the runner,
 #   3. installs the operator with `kubectl apply -k kustomize/quickstart`,
 #   4. serves a git repository holding a Pulumi YAML program on loopback,
-#   5. applies a Stack that points at it, waits for Ready, and shows its status and logs.
-# The local cluster runs any pulumi/pulumi image with the Pulumi CLI stand-in (tests/), since
-# the real CLI cannot be installed here; on a real cluster the same Stack runs real Pulumi.
+#   5. applies a Stack that points at it, waits for Ready, and shows its status, the real
+#      Pulumi CLI's logs and the ConfigMap its program created in the cluster.
+# The local cluster runs any pulumi/pulumi image with the real Pulumi CLI (built from its Go
+# module by tests/build-tools.sh); its kubernetes provider plugin is a test stand-in (tests/tools).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 step() { printf '\n==> %s\n' "$*" >&2; }
@@ -16,7 +17,7 @@ cluster="$(tests/local-cluster.sh up)"
 eval "$(tail -n1 <<<"$cluster")"
 export KUBECONFIG
 
-step "building the operator, the runner and the Pulumi CLI stand-in"
+step "building the operator and the runner"
 cargo build --workspace --bins
 
 step "installing the operator: kubectl apply --server-side -k kustomize/quickstart"
@@ -37,11 +38,15 @@ config:
     default: hello
 resources:
   message:
-    type: standin:index:Record
+    type: kubernetes:core/v1:ConfigMap
     properties:
-      text: ${greeting}, world
+      metadata:
+        name: demo-message
+      data:
+        text: ${greeting}, world
 outputs:
-  message: ${message.text}
+  configMap: ${message.metadata.name}
+  message: ${message.data.text}
   token:
     fn::secret: not-for-your-eyes
 YAML
@@ -57,9 +62,20 @@ read -r GIT_URL <"$DEMO_DIR/server-out"
 echo "git repository: $GIT_URL/demo.git at $COMMIT" >&2
 mkdir -p "$DEMO_DIR/state" && chmod 0777 "$DEMO_DIR/state"
 
-step "applying the Stack default/demo"
+step "applying the Stack default/demo (its ServiceAccount may manage ConfigMaps in default)"
 kubectl delete stack demo --ignore-not-found --wait=true >/dev/null
 kubectl apply -f - <<YAML
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: demo-config-maps, namespace: default}
+rules: [{apiGroups: [""], resources: [configmaps], verbs: [get, list, watch, create, update, patch, delete]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: demo-config-maps, namespace: default}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: demo-config-maps}
+subjects: [{kind: ServiceAccount, name: pulumi, namespace: default}]
+---
 apiVersion: v1
 kind: Secret
 metadata: {name: demo-passphrase, namespace: default}
@@ -88,6 +104,9 @@ kubectl get updates,jobs -l pulumi.com/stack-name=demo
 
 step "kubectl logs job/$UPDATE"
 kubectl logs "job/$UPDATE"
+
+step "the ConfigMap the program created: kubectl get configmap demo-message"
+kubectl get configmap demo-message -o yaml
 
 step "outputs (status.outputs)"
 kubectl get stack demo -o jsonpath='{.status.outputs}'; echo

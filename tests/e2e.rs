@@ -1,7 +1,7 @@
 //! The core loop end to end, driven with kubectl as a user would: the operator installed with
 //! `kubectl apply -k kustomize/quickstart` runs in-cluster; Stacks point at git repositories
 //! served on loopback by git's own http-backend; every operation is a Job whose runner drives
-//! the Pulumi CLI stand-in (tests/pulumi-standin) against a file backend.
+//! the real Pulumi CLI (with the test provider plugins of tests/tools) against a file backend.
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};

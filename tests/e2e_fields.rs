@@ -320,6 +320,10 @@ spec:
             image: busybox
             command: [sh, -c, 'echo "PULUMI_CONFIG_PASSPHRASE={TEST_PASSPHRASE}" >> "$PULUMI_ENV"']
             volumeMounts: [{{name: share, mountPath: /share}}]
+            # The namespace enforces the restricted Pod Security Standard.
+            securityContext:
+              allowPrivilegeEscalation: false
+              capabilities: {{drop: [ALL]}}
 "#,
         url = f.url(),
         backend = f.sn.backend_url
@@ -414,17 +418,19 @@ async fn retry_on_update_conflict_waits_for_the_lock() {
         &format!("commit: {sha}"),
         "  retryOnUpdateConflict: true\n",
     ));
-    // The runner waits and retries; the lock goes away meanwhile.
-    let pods: Api<k8s_openapi::api::core::v1::Pod> =
-        Api::namespaced(f.sn.ns.client.clone(), f.ns());
-    wait_until(T, "the update to start", || async {
-        pods.list(&kube::api::ListParams::default().labels("pulumi.com/stack-name=app"))
-            .await
-            .map(|l| !l.items.is_empty())
-            .unwrap_or(false)
+    // The runner meets the lock and waits to retry; then the lock goes away.
+    wait_until(T, "the runner to wait for the lock", || async {
+        let (_, logs, _) = f.sn.ns.kubectl_result(&[
+            "logs",
+            "-l",
+            "pulumi.com/stack-name=app",
+            "-c",
+            "pulumi",
+            "--tail=-1",
+        ]);
+        logs.contains("retryOnUpdateConflict")
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(6)).await;
     std::fs::remove_file(&lock).unwrap();
     let s = f
         .wait_stack("app", "Ready after the lock went away", ready)
@@ -445,22 +451,25 @@ async fn retry_on_update_conflict_waits_for_the_lock() {
 async fn secrets_provider_and_environments_reach_pulumi() {
     let f = StackFixture::new("provider").await;
     let sha = f.repo.commit(&[("Pulumi.yaml", &program(&["a"]))], "v1");
-    // The stand-in supports only the passphrase provider: any other fails at `stack init`,
-    // which shows that the field reaches Pulumi when the stack is created.
+    // A provider the CLI does not know fails at `stack init` (without a network round trip,
+    // which a KMS provider would make), which shows that the field reaches Pulumi when the
+    // stack is created.
     f.sn.ns.apply(&f.stack_yaml(
         "app",
         &format!("commit: {sha}"),
-        "  secretsProvider: \"awskms://alias/e2e-key\"\n",
+        "  secretsProvider: \"e2e-bogus://alias/e2e-key\"\n",
     ));
     let s = f
         .wait_stack("app", "stack creation to fail on the provider", failed)
         .await;
-    assert!(last(&s)
-        .message
-        .unwrap_or_default()
-        .contains("awskms://alias/e2e-key"));
+    let message = last(&s).message.unwrap_or_default();
+    assert!(
+        message.contains("unknown secrets provider type 'e2e-bogus'"),
+        "{message}"
+    );
 
-    // ESC environments need Pulumi Cloud: the stand-in simulates it in a directory.
+    // ESC environments need Pulumi Cloud, which the real CLI cannot reach here: this Stack
+    // runs the CLI stand-in's image, which simulates the Cloud in a directory.
     let cloud = f.sn.backend_dir.join("cloud");
     std::fs::create_dir_all(&cloud).unwrap();
     use std::os::unix::fs::PermissionsExt;
@@ -476,12 +485,16 @@ spec:
   backend: https://api.pulumi.com
   serviceAccountName: pulumi
   environment: [team/shared-settings]
+  workspaceTemplate:
+    spec:
+      image: {image}
   envRefs:
     PULUMI_ACCESS_TOKEN: {{type: Literal, literal: {{value: e2e-token}}}}
     PULUMI_STANDIN_CLOUD_DIR: {{type: Literal, literal: {{value: "{cloud}"}}}}
 "#,
         url = f.url(),
-        cloud = cloud.display()
+        cloud = cloud.display(),
+        image = test_support::CLOUD_STANDIN_IMAGE
     ));
     let s = f
         .wait_stack("esc", "Ready with an ESC environment", ready)

@@ -107,14 +107,15 @@ pulumi_image_dir() {
 
 write_image_map() {
   local target; target="$(target_dir)/debug"
-  local pulumi_path="$target"
-  [ "${LOCAL_CLUSTER_PULUMI:-real}" = standin ] || pulumi_path="$(pulumi_image_dir)"
+  local pulumi_path; pulumi_path="$(pulumi_image_dir)"
   cat >"$STATE_DIR/image-map.json" <<JSON
 {
   "images": [
     {"image": "$OPERATOR_IMAGE", "entrypoint": ["$target/pulumi-operator"], "user": 65532},
     {"image": "$RUNNER_IMAGE", "entrypoint": ["$target/pulumi-runner"], "user": 65532},
     {"image": "pulumi/pulumi", "prefix": true, "path": ["$pulumi_path"], "user": 1000,
+     "env": {"PULUMI_SKIP_UPDATE_CHECK": "true", "AWS_EC2_METADATA_DISABLED": "true"}},
+    {"image": "test.local/pulumi-cloud-standin", "path": ["$target"], "user": 1000,
      "env": {"PULUMI_SKIP_UPDATE_CHECK": "true"}}
   ]
 }

@@ -40,7 +40,7 @@ pub enum Pattern {
 }
 
 const ERROR_LINES: usize = 8;
-const MAX_LINE: usize = 400;
+const MAX_LINE: usize = 1000;
 
 /// What was seen in the output of one command.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -50,7 +50,24 @@ pub struct Observed {
     errors: VecDeque<String>,
     /// The first permalink (`View Live: `, `View in Browser…: `, `Permalink: ` on stdout).
     pub permalink: Option<String>,
+    /// The error entry that the next, more indented lines continue (multi-line provider
+    /// errors, the YAML host's `Error:` with its source location).
+    open: Option<OpenError>,
 }
+
+/// An error entry that may go on over the following lines.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct OpenError {
+    /// The indentation of its first line; continuation lines are indented more.
+    indent: usize,
+    /// The YAML host's `Error:` blocks keep going over blank lines.
+    over_blank_lines: bool,
+    lines: usize,
+}
+
+/// At most this many continuation lines and characters per error entry.
+const MAX_CONTINUATION_LINES: usize = 8;
+const MAX_ENTRY: usize = 2000;
 
 impl Observed {
     /// Observes one line (without its newline).
@@ -109,6 +126,10 @@ impl Observed {
         {
             see(Pattern::ProgramError);
         }
+        // A project file the CLI cannot read (the real CLI says so on stderr, exit 1).
+        if text.contains("error: could not unmarshal '") && text.contains("invalid YAML file") {
+            see(Pattern::ProgramError);
+        }
         if text.contains("passphrase must be set with PULUMI_CONFIG_PASSPHRASE")
             || text.contains("incorrect passphrase")
         {
@@ -130,23 +151,47 @@ impl Observed {
                 }
             }
         }
-        {
-            if text.starts_with("error:") {
-                let mut msg = text.to_string();
-                if msg.len() > MAX_LINE {
-                    let mut cut = MAX_LINE;
-                    while !msg.is_char_boundary(cut) {
-                        cut -= 1;
-                    }
-                    msg.truncate(cut);
-                    msg.push_str("...");
+        let indent = line.len() - line.trim_start().len();
+        // Pulumi YAML reports a program that does not evaluate as `Error: …` (stderr).
+        let yaml_error = text.starts_with("Error: ");
+        if yaml_error {
+            see(Pattern::ProgramError);
+        }
+        if text.starts_with("error:") || yaml_error {
+            let msg = truncated(text, MAX_LINE);
+            self.open = None;
+            if !self.errors.contains(&msg) {
+                if self.errors.len() == ERROR_LINES {
+                    self.errors.pop_front();
                 }
-                if !self.errors.contains(&msg) {
-                    if self.errors.len() == ERROR_LINES {
-                        self.errors.pop_front();
-                    }
-                    self.errors.push_back(msg);
-                }
+                self.errors.push_back(msg);
+                self.open = Some(OpenError {
+                    indent,
+                    over_blank_lines: yaml_error,
+                    lines: 0,
+                });
+            }
+            return;
+        }
+        let Some(open) = self.open.as_mut() else {
+            return;
+        };
+        if text.is_empty() {
+            if !open.over_blank_lines {
+                self.open = None;
+            }
+            return;
+        }
+        if indent <= open.indent || open.lines >= MAX_CONTINUATION_LINES {
+            self.open = None;
+            return;
+        }
+        // A continuation line of the last error: kept, so that the message reads as printed.
+        if let Some(last) = self.errors.back_mut() {
+            if last.len() + text.len() < MAX_ENTRY {
+                last.push('\n');
+                last.push_str(&truncated(text, MAX_LINE));
+                open.lines += 1;
             }
         }
     }
@@ -208,10 +253,26 @@ impl Observed {
             .rev()
             .take(4)
             .rev()
-            .map(|e| e.trim_start_matches("error:").trim())
+            .map(|e| {
+                e.trim_start_matches("error:")
+                    .trim_start_matches("Error:")
+                    .trim()
+            })
             .collect::<Vec<_>>()
             .join("; ")
     }
+}
+
+/// `text` cut to at most `max` bytes (at a character boundary), marked with `...`.
+fn truncated(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}...", &text[..cut])
 }
 
 /// Classifies a failed command. `interrupted` is true when the runner forwarded a signal.
@@ -335,6 +396,8 @@ mod tests {
             (Some(1), "Build FAILED.\n", "", false, CompileError),
             (Some(1), "    error: Unable to compile TypeScript:\n    index.ts(1,1): error TS1005\n", "", false, CompileError),
             (Some(1), "panic: runtime error: index out of range\n", "", false, CompileError),
+            // The real CLI 3.259 on a Pulumi.yaml that is not YAML.
+            (Some(1), "", "error: could not unmarshal '/w/Pulumi.yaml': invalid YAML file: yaml: line 2: did not find expected ',' or ']'\n", false, CompileError),
             // The CLI's own panic goes to stderr: not a program error.
             (Some(1), "", "panic: runtime error: nil pointer\nThe Pulumi CLI encountered a fatal error. This is a bug!\n", false, UpdateFailed),
             (Some(2), "", "error: passphrase must be set with PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE environment variables\n", false, ConfigInvalid),
@@ -378,6 +441,30 @@ mod tests {
         assert_eq!(s.error_summary(), "update failed");
         let colored = seen("\u{1b}[31merror:\u{1b}[0m red\n", "");
         assert_eq!(colored.error_summary(), "red");
+    }
+
+    #[test]
+    fn multi_line_errors_keep_their_continuation_lines() {
+        // A provider's error that goes on over indented lines, then the engine's closing line.
+        let s = seen(
+            "  kubernetes:core/v1:ConfigMap (bad):\n    error: 2 errors occurred:\n    \t* metadata.name: Invalid value: \"Bad_Name\"\n    \t* data[bad key]: Invalid value: \"bad key\"\n\n  pulumi:pulumi:Stack (p-dev):\n    error: update failed\n",
+            "",
+        );
+        assert_eq!(
+            s.error_summary(),
+            "2 errors occurred:\n* metadata.name: Invalid value: \"Bad_Name\"\n* data[bad key]: Invalid value: \"bad key\""
+        );
+        // Pulumi YAML's diagnostics: `Error:` (coloured), a blank line, the source location.
+        let s = seen(
+            "",
+            "\u{1b}[31mError\u{1b}[0m: resource, variable, or config value \"nope\" not found\n\n  on Pulumi.yaml line 7:\n   7:       v: ${nope.x}\n\npulumi-runner: failed\n",
+        );
+        assert!(s.saw(Pattern::ProgramError));
+        assert_eq!(
+            s.error_summary(),
+            "resource, variable, or config value \"nope\" not found\non Pulumi.yaml line 7:\n7:       v: ${nope.x}"
+        );
+        assert_eq!(classify(Some(1), &s, false), FailureReason::CompileError);
     }
 
     #[test]

@@ -97,6 +97,36 @@ pub fn escaped(key: &str) -> String {
     }
 }
 
+/// The scalar leaves of a structured value as (`--path` suffix, text) pairs, e.g.
+/// `{"a": [1]}` → `("[\"a\"][0]", "1")`; an empty object or list is one leaf holding its JSON.
+fn secret_leaves(value: &Value) -> Vec<(String, String)> {
+    fn walk(v: &Value, path: &mut String, out: &mut Vec<(String, String)>) {
+        let len = path.len();
+        match v {
+            Value::Object(map) if !map.is_empty() => {
+                for (k, child) in map {
+                    let k = k.replace('\\', "\\\\").replace('"', "\\\"");
+                    path.push_str(&format!("[\"{k}\"]"));
+                    walk(child, path, out);
+                    path.truncate(len);
+                }
+            }
+            Value::Array(items) if !items.is_empty() => {
+                for (i, child) in items.iter().enumerate() {
+                    path.push_str(&format!("[{i}]"));
+                    walk(child, path, out);
+                    path.truncate(len);
+                }
+            }
+            Value::String(s) => out.push((path.clone(), s.clone())),
+            other => out.push((path.clone(), other.to_string())),
+        }
+    }
+    let mut out = Vec::new();
+    walk(value, &mut String::new(), &mut out);
+    out
+}
+
 /// Resolves every item, in order. Secret values are remembered in `redactor`.
 pub fn resolve(
     items: &[ConfigItem],
@@ -175,7 +205,12 @@ pub fn resolve(
         if secret {
             match &value {
                 Value::String(s) => redactor.add(s),
-                other => redactor.add(&other.to_string()),
+                other => {
+                    redactor.add(&other.to_string());
+                    for (_, leaf) in secret_leaves(other) {
+                        redactor.add(&leaf);
+                    }
+                }
             }
         }
         out.push(Resolved {
@@ -215,6 +250,23 @@ pub fn steps(items: &[Resolved]) -> Vec<Step> {
                     key,
                     value: s.clone(),
                 });
+            }
+            // The CLI cannot take a secret structured value from `config set-all --json` (3.259
+            // fails with "invalid character 'v' looking for beginning of value": it parses the
+            // ciphertext as JSON), so each leaf is set as a secret at its path instead. Leaves
+            // are stored as strings, which is what a `--path` set does.
+            (v, true) => {
+                let base = if item.path {
+                    item.key.clone()
+                } else {
+                    escaped(&item.key)
+                };
+                for (path, value) in secret_leaves(v) {
+                    steps.push(Step::Secret {
+                        key: format!("{base}{path}"),
+                        value,
+                    });
+                }
             }
             (v, secret) => {
                 let entry = json!({"value": v.to_string(), "objectValue": v, "secret": secret});
@@ -413,17 +465,37 @@ mod tests {
     }
 
     #[test]
-    fn structured_secrets_and_version_gate() {
+    fn structured_secrets_are_set_leaf_by_leaf_and_plain_ones_are_version_gated() {
         let items = vec![ConfigItem {
             secret: Some(true),
-            ..item("obj", json!({"k": "structured-secret"}))
+            ..item(
+                "obj",
+                json!({"k": "structured-secret", "a.b": [1, true], "e": {}}),
+            )
         }];
         let mut r = Redactor::default();
         let s = steps(&resolve(&items, "p", &fake(), &mut r).unwrap());
-        assert!(matches!(&s[0], Step::Json { secret: true, .. }));
+        let secret = |key: &str, value: &str| Step::Secret {
+            key: key.into(),
+            value: value.into(),
+        };
+        assert_eq!(
+            s,
+            vec![
+                secret("p:[\"obj\"][\"a.b\"][0]", "1"),
+                secret("p:[\"obj\"][\"a.b\"][1]", "true"),
+                secret("p:[\"obj\"][\"e\"]", "{}"),
+                secret("p:[\"obj\"][\"k\"]", "structured-secret"),
+            ]
+        );
         let inv = invocations("dev", &s, None).unwrap();
-        assert!(inv[0].secret_args);
-        assert!(!inv[0].display().contains("structured-secret"));
+        assert!(inv
+            .iter()
+            .all(|i| !i.display().contains("structured-secret")));
+        assert!(r.apply("leaked structured-secret").contains("[secret]"));
+        // Plain structured values need `config set-all --json` (CLI 3.202.0 and later).
+        let s = steps(&resolve(&[item("obj", json!({"k": 1}))], "p", &fake(), &mut r).unwrap());
+        assert!(matches!(&s[0], Step::Json { secret: false, .. }));
         let e = invocations("dev", &s, Some(Version(3, 201, 0))).unwrap_err();
         assert_eq!(
             e.reason,

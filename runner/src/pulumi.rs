@@ -405,7 +405,7 @@ mod tests {
     #[test]
     fn stack_commands() {
         assert_eq!(argv(&version()), "version");
-        assert_eq!(argv(&install()), "--non-interactive install");
+        assert_eq!(argv(&install()), "--non-interactive install --no-plugins");
         assert_eq!(
             argv(&stack_select("o/p/dev")),
             "--non-interactive stack select --stack o/p/dev"

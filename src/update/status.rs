@@ -180,11 +180,16 @@ pub fn progress(job: Option<&Job>, pods: &[&Pod], now: jiff::Timestamp) -> Progr
         .zip(&outcomes)
         .find(|(p, o)| matches!(o, Progress::Running { .. }) && pod_busy(p))
         .map(|(p, _)| *p);
+    // Kubernetes 1.31+ sets `FailureTarget` (same reason) as soon as it decides a Job fails,
+    // and `Failed` only once its pods have stopped: the reason is known from the first.
     let job_failed = job
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Failed" && c.status == "True"));
+        .and_then(|c| {
+            let is = |t: &str| c.iter().find(|c| c.type_ == t && c.status == "True");
+            is("Failed").or_else(|| is("FailureTarget"))
+        });
     let job_outcome = job_failed.map(|c| {
         let reason = c.reason.clone().unwrap_or_else(|| "JobFailed".into());
         let message = match reason.as_str() {
@@ -499,6 +504,25 @@ mod tests {
             } => {
                 assert_eq!(reason, "DeadlineExceeded");
                 assert!(message.contains("60s"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // 1.31+: `FailureTarget` names the reason before the pods stopped and `Failed` is set;
+        // an interrupted pod's own result does not hide the deadline.
+        let target = job(
+            json!([{"type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded", "message": "x"}]),
+        );
+        let interrupted =
+            RunResult::failed(FailureReason::Interrupted, "stack init was interrupted");
+        let stopped = pod(
+            json!({"phase": "Failed", "containerStatuses": [terminated("pulumi", 1, "Error", &interrupted.to_termination_message())]}),
+        );
+        match progress(Some(&target), &[&stopped], now()) {
+            Progress::Failed {
+                reason, message, ..
+            } => {
+                assert_eq!(reason, "DeadlineExceeded");
+                assert!(message.contains("deadline"), "{message}");
             }
             other => panic!("{other:?}"),
         }

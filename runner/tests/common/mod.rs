@@ -1,5 +1,7 @@
 //! Helpers for the runner's end-to-end tests: temp share/state dirs, plans, running the built
-//! runner binary with the Pulumi CLI stand-in first on PATH, git repositories.
+//! runner binary with the real Pulumi CLI (its YAML language host and the test provider
+//! plugins, built by tests/build-tools.sh) first on PATH, git repositories. Only Pulumi Cloud
+//! cases, which the real CLI cannot reach here, use the CLI stand-in (`World::cloud_standin`).
 #![allow(dead_code)]
 
 use pulumi_operator_api::plan::{Operation, RunPlan, RunResult, Source, StackPlan};
@@ -36,13 +38,45 @@ pub fn standin_dir() -> PathBuf {
         .clone()
 }
 
+/// The directory holding the real `pulumi`, `pulumi-language-yaml` and the test provider
+/// plugins (tests/build-tools.sh, which `tests/run.sh` runs through `local-cluster.sh up`).
+pub fn pulumi_dir() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/build-tools.sh");
+            let out = Command::new(&script)
+                .arg("--print")
+                .output()
+                .expect("run tests/build-tools.sh --print");
+            assert!(
+                out.status.success(),
+                "the Pulumi CLI is not built; build it with: tests/build-tools.sh"
+            );
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        })
+        .clone()
+}
+
 /// One test's world: a share volume, a file backend, a PULUMI_HOME, a result file.
 pub struct World {
     pub root: tempfile::TempDir,
+    /// The directory of the `pulumi` the runner finds first on PATH.
+    pub cli: PathBuf,
 }
 
 impl World {
     pub fn new() -> World {
+        World::with_cli(pulumi_dir())
+    }
+
+    /// A world whose `pulumi` is the stand-in, for what the real CLI cannot do here (a Pulumi
+    /// Cloud backend, ESC environments).
+    pub fn cloud_standin() -> World {
+        World::with_cli(standin_dir())
+    }
+
+    fn with_cli(cli: PathBuf) -> World {
         let root = tempfile::Builder::new()
             .prefix("runner-test-")
             .tempdir()
@@ -50,7 +84,7 @@ impl World {
         for d in ["share", "state", "home", "files"] {
             std::fs::create_dir_all(root.path().join(d)).expect("dir");
         }
-        World { root }
+        World { root, cli }
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
@@ -87,7 +121,7 @@ impl World {
         let mut cmd = Command::new(runner_bin());
         let path = format!(
             "{}:{}",
-            standin_dir().display(),
+            self.cli.display(),
             std::env::var("PATH").unwrap_or_default()
         );
         cmd.arg(subcommand)
@@ -134,16 +168,23 @@ impl World {
         }
     }
 
-    /// Runs the stand-in directly in the workspace (to inspect what the runner did).
+    /// Runs the world's `pulumi` directly in the workspace (to inspect what the runner did).
     pub fn pulumi(&self, args: &[&str]) -> String {
-        let out = Command::new(standin_dir().join("pulumi"))
+        let path = format!(
+            "{}:{}",
+            self.cli.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = Command::new(self.cli.join("pulumi"))
             .args(args)
             .current_dir(self.workspace())
+            .env("PATH", path)
+            .env("PULUMI_SKIP_UPDATE_CHECK", "true")
             .env("PULUMI_HOME", self.path("home/.pulumi"))
             .env("PULUMI_BACKEND_URL", self.backend_url())
             .env("PULUMI_CONFIG_PASSPHRASE", PASSPHRASE)
             .output()
-            .expect("run the stand-in");
+            .expect("run pulumi");
         assert!(
             out.status.success(),
             "pulumi {args:?} failed: {}",

@@ -373,6 +373,10 @@ pub struct StackNamespace {
     pub backend_url: String,
 }
 
+/// The image the test cluster maps to the Pulumi CLI stand-in (tests/pulumi-standin): only for
+/// what the real CLI cannot do here, a Pulumi Cloud backend and ESC environments.
+pub const CLOUD_STANDIN_IMAGE: &str = "test.local/pulumi-cloud-standin:latest";
+
 pub const TEST_PASSPHRASE: &str = "e2e-passphrase-do-not-leak-7f3a";
 
 impl StackNamespace {
@@ -545,8 +549,19 @@ spec:
         what: &str,
         check: impl Fn(&pulumi_operator_api::Stack) -> bool,
     ) -> pulumi_operator_api::Stack {
+        self.wait_stack_for(Duration::from_secs(120), name, what, check)
+            .await
+    }
+
+    pub async fn wait_stack_for(
+        &self,
+        timeout: Duration,
+        name: &str,
+        what: &str,
+        check: impl Fn(&pulumi_operator_api::Stack) -> bool,
+    ) -> pulumi_operator_api::Stack {
         let stacks = self.stacks();
-        wait_for(Duration::from_secs(120), what, || async {
+        wait_for(timeout, what, || async {
             stacks.get(name).await.ok().filter(|s| check(s))
         })
         .await

@@ -8,6 +8,7 @@ import (
 	"github.com/pulumi/pulumi/pkg/v3/codegen/schema"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // noLoader satisfies schema.Loader; the schema references no other packages, so it is never called.
@@ -366,5 +367,23 @@ func TestToPlain(t *testing.T) {
 	}
 	if _, err := ToPlainMap(resource.PropertyMap{"u": resource.MakeComputed(resource.NewProperty(""))}); err == nil {
 		t.Error("unknown accepted")
+	}
+}
+
+func TestARejectionWithSeveralCausesIsOneLinePerCause(t *testing.T) {
+	st := metav1.Status{
+		Message: `ConfigMap "Bad_Name" is invalid: [metadata.name: Invalid value: "Bad_Name": x, data[bad key]: Invalid value: "bad key": y]`,
+		Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{
+			{Field: "metadata.name", Message: `Invalid value: "Bad_Name": x`},
+			{Field: "data[bad key]", Message: `Invalid value: "bad key": y`},
+		}},
+	}
+	want := "ConfigMap \"Bad_Name\" is invalid: 2 errors occurred:\n\t* metadata.name: Invalid value: \"Bad_Name\": x\n\t* data[bad key]: Invalid value: \"bad key\": y"
+	if got := formatStatus(st); got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	one := metav1.Status{Message: "configmaps \"x\" already exists"}
+	if got := formatStatus(one); got != one.Message {
+		t.Fatalf("got %q", got)
 	}
 }

@@ -337,9 +337,31 @@ func (p *Provider) resourceClient(k Kind, namespace string) (dynamic.ResourceInt
 func apiMessage(err error) string {
 	var se apierrors.APIStatus
 	if errors.As(err, &se) && se.Status().Message != "" {
-		return se.Status().Message
+		return formatStatus(se.Status())
 	}
 	return err.Error()
+}
+
+// formatStatus gives a rejection with several causes one line per cause, in the "N errors
+// occurred:" form the real provider uses for multiple errors (hashicorp/go-multierror).
+func formatStatus(st metav1.Status) string {
+	if st.Details == nil || len(st.Details.Causes) < 2 {
+		return st.Message
+	}
+	head := st.Message
+	if i := strings.Index(head, " is invalid: "); i >= 0 {
+		head = head[:i+len(" is invalid")]
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d errors occurred:", head, len(st.Details.Causes))
+	for _, c := range st.Details.Causes {
+		b.WriteString("\n\t* ")
+		if c.Field != "" {
+			b.WriteString(c.Field + ": ")
+		}
+		b.WriteString(c.Message)
+	}
+	return b.String()
 }
 
 func marshalOutputs(k Kind, live map[string]any) (*structpb.Struct, error) {

@@ -1,0 +1,305 @@
+//! What only the real Pulumi CLI shows, end to end: Stacks whose Pulumi YAML programs deploy
+//! Kubernetes objects into the test cluster with the Stack's own ServiceAccount (the canonical
+//! use of the operator), a PKO documentation example adapted only in its program, drift found by
+//! a refresh, and a provider's multi-line error as a user reads it in `kubectl get stack`.
+//!
+//! The `pulumi` container runs the real CLI (tests/build-tools.sh) with its YAML language host;
+//! the `kubernetes` provider plugin is the test stand-in of tests/tools (the module proxy does
+//! not serve pulumi-kubernetes), talking to the real apiserver.
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::ListParams;
+use kube::Api;
+use pulumi_operator_api::Stack;
+use std::time::Duration;
+use test_support::{kubectl, last_update, stack_ready, wait_for, wait_until, StackFixture};
+
+const T: Duration = Duration::from_secs(180);
+
+/// Lets the Stacks' ServiceAccount manage ConfigMaps in its namespace, as a user grants a
+/// Stack the rights its program needs.
+fn grant_config_maps(f: &StackFixture) {
+    f.sn.ns.apply(&format!(
+        r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: manage-config-maps}}
+rules:
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: pulumi-manages-config-maps}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: manage-config-maps}}
+subjects: [{{kind: ServiceAccount, name: pulumi, namespace: {ns}}}]
+"#,
+        ns = f.ns()
+    ));
+}
+
+fn failed(s: &Stack) -> bool {
+    last_update(s).state == Some(pulumi_operator_api::StackUpdateStateMessage::Failed)
+}
+
+fn job_logs(f: &StackFixture, s: &Stack) -> String {
+    let update = last_update(s).name.unwrap_or_default();
+    kubectl(&["-n", f.ns(), "logs", &format!("job/{update}")])
+}
+
+/// The Program and Stack of the PKO documentation's "Program" example
+/// (`shared/seeds/004_*`, staticwebsite) with its S3 bucket program replaced by Kubernetes
+/// objects; the Stack keeps its fields (programRef, destroyOnFinalize, config) and gains only
+/// what this cluster needs instead of Pulumi Cloud: a file backend and a passphrase.
+#[tokio::test]
+async fn seed_program_deploys_kubernetes_objects_and_destroy_removes_them() {
+    let f = StackFixture::new("seed").await;
+    grant_config_maps(&f);
+    f.sn.ns.apply(&format!(
+        r#"apiVersion: pulumi.com/v1
+kind: Program
+metadata:
+  name: staticwebsite
+program:
+  resources:
+    my-bucket:
+      type: kubernetes:core/v1:ConfigMap
+      properties:
+        data:
+          purpose: bucket
+    my-bucket-website:
+      type: kubernetes:core/v1:ConfigMap
+      properties:
+        data:
+          bucket: ${{my-bucket.metadata.name}}
+          index.html: |
+            # Hello, world!
+      options:
+        dependsOn:
+          - ${{my-bucket}}
+  outputs:
+    bucketEndpoint: http://${{my-bucket-website.metadata.name}}
+---
+apiVersion: pulumi.com/v1
+kind: Stack
+metadata:
+  name: staticwebsite
+spec:
+  serviceAccountName: pulumi
+  stack: organization/staticwebsite/dev
+  programRef:
+    name: staticwebsite
+  destroyOnFinalize: true
+  config:
+    aws:region: us-east-1
+  backend: {backend}
+  envRefs:
+    PULUMI_CONFIG_PASSPHRASE:
+      type: Secret
+      secret: {{name: passphrase, key: passphrase}}
+"#,
+        backend = f.sn.backend_url
+    ));
+    let s = f
+        .wait_stack_for(T, "staticwebsite", "the seed Stack Ready", stack_ready)
+        .await;
+
+    // The objects exist in the cluster, auto-named as Pulumi names them, wired together.
+    let maps: Api<ConfigMap> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
+    let deployed: Vec<ConfigMap> = maps
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|m| {
+            m.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("my-bucket-"))
+        })
+        .collect();
+    assert_eq!(deployed.len(), 2, "{deployed:?}");
+    let website = deployed
+        .iter()
+        .find(|m| {
+            m.data
+                .as_ref()
+                .is_some_and(|d| d.contains_key("index.html"))
+        })
+        .expect("the website ConfigMap");
+    let website_name = website.metadata.name.clone().unwrap_or_default();
+    let bucket_name = website.data.as_ref().unwrap()["bucket"].clone();
+    assert!(bucket_name.starts_with("my-bucket-") && bucket_name != website_name);
+    let listed = kubectl(&["-n", f.ns(), "get", "configmaps", "-o", "name"]);
+    assert!(listed.contains(&website_name), "{listed}");
+
+    let outputs = s.status.as_ref().and_then(|st| st.outputs.clone());
+    assert_eq!(
+        outputs
+            .as_ref()
+            .and_then(|o| o.get("bucketEndpoint").cloned()),
+        Some(serde_json::json!(format!("http://{website_name}"))),
+        "{outputs:?}"
+    );
+    // `kubectl logs job/<update>` shows the real CLI at work.
+    let logs = job_logs(&f, &s);
+    for expected in [
+        "kubernetes:core/v1:ConfigMap",
+        "my-bucket-website",
+        "created",
+    ] {
+        assert!(
+            logs.contains(expected),
+            "{expected} not in the logs:\n{logs}"
+        );
+    }
+
+    // destroyOnFinalize: deleting the Stack destroys what it deployed, then lets it go.
+    kubectl(&[
+        "-n",
+        f.ns(),
+        "delete",
+        "stack",
+        "staticwebsite",
+        "--wait=false",
+    ]);
+    let stacks = f.stacks();
+    wait_until(T, "the Stack to be destroyed and gone", || async {
+        stacks
+            .get_opt("staticwebsite")
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+    })
+    .await;
+    for name in [&website_name, &bucket_name] {
+        assert!(
+            maps.get_opt(name).await.unwrap().is_none(),
+            "{name} survived the destroy"
+        );
+    }
+}
+
+const DRIFT_PROGRAM: &str = r#"name: drift
+runtime: yaml
+resources:
+  settings:
+    type: kubernetes:core/v1:ConfigMap
+    properties:
+      metadata:
+        name: drift-target
+      data:
+        greeting: hello
+outputs:
+  greeting: ${settings.data.greeting}
+"#;
+
+/// `expectNoRefreshChanges`: the refresh before the update passes while the deployed object is
+/// as Pulumi left it, fails once somebody changed it behind Pulumi's back (`kubectl patch`),
+/// and passes again once the change is undone.
+#[tokio::test]
+async fn refresh_expecting_no_changes_catches_an_object_edited_with_kubectl() {
+    let f = StackFixture::new("drift").await;
+    grant_config_maps(&f);
+    let sha = f.repo.commit(&[("Pulumi.yaml", DRIFT_PROGRAM)], "v1");
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        "  refresh: true\n  expectNoRefreshChanges: true\n  continueResyncOnCommitMatch: true\n  resyncFrequencySeconds: 2\n  retryMaxBackoffDurationSeconds: 2\n",
+    ));
+    let first = f
+        .wait_stack_for(T, "app", "the first update Ready", stack_ready)
+        .await;
+    let first_update = last_update(&first).name.unwrap_or_default();
+    let greeting = || {
+        kubectl(&[
+            "-n",
+            f.ns(),
+            "get",
+            "configmap",
+            "drift-target",
+            "-o",
+            "jsonpath={.data.greeting}",
+        ])
+    };
+    assert_eq!(greeting(), "hello");
+
+    // A resync with nothing changed passes its refresh.
+    let stacks = f.stacks();
+    let resynced = wait_for(T, "a later successful resync", || async {
+        stacks.get("app").await.ok().filter(|s| {
+            stack_ready(s) && last_update(s).name.as_deref() != Some(first_update.as_str())
+        })
+    })
+    .await;
+    assert!(job_logs(&f, &resynced).contains("refresh"));
+
+    kubectl(&[
+        "-n",
+        f.ns(),
+        "patch",
+        "configmap",
+        "drift-target",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"greeting":"changed behind Pulumi's back"}}"#,
+    ]);
+    let drifted = f
+        .wait_stack_for(T, "app", "the refresh to report the drift", failed)
+        .await;
+    let message = last_update(&drifted).message.unwrap_or_default();
+    assert!(
+        message.contains("no changes were expected") || message.contains("refresh"),
+        "{message}"
+    );
+    // Nothing was applied over the edit: the update did not run.
+    assert_eq!(greeting(), "changed behind Pulumi's back");
+
+    kubectl(&[
+        "-n",
+        f.ns(),
+        "patch",
+        "configmap",
+        "drift-target",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"greeting":"hello"}}"#,
+    ]);
+    f.wait_stack_for(T, "app", "Ready again once the edit is undone", stack_ready)
+        .await;
+}
+
+/// A provider error that spans several lines (the apiserver rejects an object for two reasons)
+/// reaches the Stack's `lastUpdate.message` with its lines intact, not escaped.
+#[tokio::test]
+async fn a_multi_line_provider_error_reaches_the_stack_readably() {
+    let f = StackFixture::new("provider-error").await;
+    grant_config_maps(&f);
+    let program = r#"name: broken
+runtime: yaml
+resources:
+  bad:
+    type: kubernetes:core/v1:ConfigMap
+    properties:
+      metadata:
+        name: Not_A_Valid_Name
+      data:
+        "not a valid key": x
+"#;
+    let sha = f.repo.commit(&[("Pulumi.yaml", program)], "v1");
+    f.sn.ns
+        .apply(&f.stack_yaml("app", &format!("commit: {sha}"), ""));
+    let s = f
+        .wait_stack_for(T, "app", "the update to fail", failed)
+        .await;
+    let message = last_update(&s).message.unwrap_or_default();
+    assert!(message.contains("Not_A_Valid_Name"), "{message}");
+    assert!(message.contains("not a valid key"), "{message}");
+    assert!(message.contains('\n'), "one line only: {message}");
+    assert!(!message.contains("\\n"), "escaped newlines: {message}");
+    // `kubectl describe` shows the same text to the user.
+    let described = kubectl(&["-n", f.ns(), "describe", "stack", "app"]);
+    assert!(described.contains("Not_A_Valid_Name"), "{described}");
+}
