@@ -54,6 +54,8 @@ if all_built; then
   exit 0
 fi
 
+# The machines install Go under /usr/local/go; a login shell may not have it on PATH.
+command -v go >/dev/null || [ ! -x /usr/local/go/bin/go ] || export PATH="/usr/local/go/bin:$PATH"
 command -v go >/dev/null || die "Go (>= 1.26) is required on PATH (it builds the test cluster and the Pulumi CLI)"
 go_minor="$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')"
 [ "${go_minor:-0}" -ge 26 ] || die "Go >= 1.26 is required, found $(go env GOVERSION) at $(command -v go)"

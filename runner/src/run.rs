@@ -265,12 +265,15 @@ async fn select_stack(runner: &Runner, plan: &RunPlan) -> Result<(), Failure> {
             format!("the stack {stack} does not exist and may not be created (useLocalStackOnly)"),
         ));
     }
-    let init = runner
-        .run(&pulumi::stack_init(
-            stack,
-            plan.stack.secrets_provider.as_deref(),
-        ))
-        .await?;
+    // The real CLI refuses to create a stack whose lock another update holds (a DIY backend's
+    // lock files outlive a deleted stack), so retryOnUpdateConflict waits here too.
+    let init = run_retrying_conflicts(
+        runner,
+        &pulumi::stack_init(stack, plan.stack.secrets_provider.as_deref()),
+        &RunOptions::from_env(),
+        plan.options.retry_on_update_conflict,
+    )
+    .await?;
     if !init.success() && !init.observed.error_summary().contains("already exists") {
         return Err(failure(&init, "stack init"));
     }
