@@ -95,21 +95,12 @@ async fn outputs_secret_forbidden_names_the_missing_permission() {
     let ns = test_support::TestNamespace::new("runner-rbac").await;
     // A ServiceAccount without any rights, and a client that uses its token.
     ns.apply("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: no-rights}\n");
-    let token = test_support::wait_for(
-        std::time::Duration::from_secs(30),
-        "the ServiceAccount token",
-        || async {
-            let (ok, out, _) = ns.kubectl_result(&[
-                "get",
-                "secrets",
-                "-o",
-                "jsonpath={.items[?(@.metadata.annotations.kubernetes\\.io/service-account\\.name==\"no-rights\")].data.token}",
-            ]);
-            (ok && !out.trim().is_empty()).then(|| out.trim().to_string())
-        },
-    )
-    .await;
-    let token = String::from_utf8(decode_base64(&token)).unwrap();
+    // A short-lived token from the TokenRequest API, as pods get them (no token Secrets since
+    // Kubernetes 1.24).
+    let token = ns
+        .kubectl(&["create", "token", "no-rights"])
+        .trim()
+        .to_string();
     let mut config = kube::Config::infer().await.unwrap();
     config.auth_info = kube::config::AuthInfo {
         token: Some(token.into()),
@@ -125,23 +116,4 @@ async fn outputs_secret_forbidden_names_the_missing_permission() {
         ns.name, ns.name
     );
     assert!(err.message.contains(&want), "{}", err.message);
-}
-
-fn decode_base64(text: &str) -> Vec<u8> {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = Vec::new();
-    let mut buf = 0u32;
-    let mut bits = 0;
-    for c in text.bytes() {
-        let Some(v) = ALPHABET.iter().position(|a| *a == c) else {
-            continue;
-        };
-        buf = (buf << 6) | v as u32;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((buf >> bits) as u8);
-        }
-    }
-    out
 }
