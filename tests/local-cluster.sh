@@ -10,7 +10,6 @@
 #   tests/local-cluster.sh build    only install prerequisites and build/cache the binaries (tests/build-tools.sh)
 set -euo pipefail
 
-CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/pulumi-operator-rs"
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STATE_DIR="${LOCAL_CLUSTER_DIR:-$REPO_ROOT/.local-cluster}"
 
@@ -93,8 +92,8 @@ target_dir() {
 # the test provider plugins (ambient plugins, found on PATH), copied (hard-linked) next to each
 # other so that a non-root container can reach them.
 pulumi_image_dir() {
-  local tools dir="$STATE_DIR/pulumi-image"
-  tools="$("$REPO_ROOT/tests/build-tools.sh" --print)" || die "the Pulumi CLI is not built: run tests/build-tools.sh"
+  local tools="$TOOLS_BIN" dir="$STATE_DIR/pulumi-image"
+  [ -n "$tools" ] || tools="$("$REPO_ROOT/tests/build-tools.sh" --print)" || die "the Pulumi CLI is not built: run tests/build-tools.sh"
   rm -rf "$dir"; mkdir -p "$dir"
   local f
   for f in "$tools"/pulumi "$tools"/pulumi-language-* "$tools"/pulumi-resource-*; do
@@ -125,6 +124,8 @@ JSON
 cmd_up() {
   if pid_alive apiserver && pid_alive scheduler && pid_alive node-agent && api_ready; then
     log "cluster already running (state in $STATE_DIR)"
+    # The Pulumi image follows the pinned tools, rebuilt here when they changed.
+    build_tools
     write_image_map
     echo "export KUBECONFIG=$STATE_DIR/kubeconfig"
     return 0
