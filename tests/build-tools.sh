@@ -30,7 +30,7 @@ BIN_DIR="$CACHE_ROOT/tools-$K8S_VERSION-pulumi-$PULUMI_VERSION-$key/bin"
 # Each Go module (a directory under tests/tools) and the commands it builds; a binary is named
 # after the last element of its package path.
 MODULES=(
-  ". ./cmd/etcd k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler github.com/pulumi/pulumi/pkg/v3/cmd/pulumi ./cmd/pulumi-resource-kubernetes ./cmd/pulumi-resource-standin"
+  ". ./cmd/etcd k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler github.com/pulumi/pulumi/pkg/v3/cmd/pulumi ./cmd/pulumi-resource-kubernetes ./cmd/pulumi-resource-standin ./cmd/pulumi-resource-random"
   "yaml github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml"
 )
 TOOLS=()

@@ -9,6 +9,7 @@
 //! `kubectl exec` work. It also stands in for a volume provisioner: PersistentVolumeClaims get a
 //! hostPath PersistentVolume under its state directory (see `pvc.rs`).
 
+mod cgroup;
 mod env;
 mod exec;
 mod images;

@@ -562,6 +562,28 @@ impl Agent {
             gid: proc_spec.gid,
             working_dir: proc_spec.working_dir.clone(),
         };
+        // `resources.limits.memory`: a memory cgroup whose OOM kill the status reports.
+        let memory_limit = c
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get("memory"))
+            .and_then(|q| crate::cgroup::quantity_bytes(&q.0));
+        let mut proc_spec = proc_spec;
+        let memory_cgroup = match memory_limit {
+            Some(limit) => {
+                let name = format!("{}-{}-{}", handle.uid, c.name, restart);
+                match crate::cgroup::MemoryCgroup::create(&name, limit) {
+                    Ok(cg) => cg,
+                    Err(e) => {
+                        warn!(pod = %format!("{}/{}", handle.namespace, handle.name), "memory limit not enforced: {e}");
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        proc_spec.cgroup_procs = memory_cgroup.as_ref().map(|cg| cg.procs_file());
         let started_at = now();
         let mut running = match process::spawn(proc_spec) {
             Ok(r) => r,
@@ -661,9 +683,13 @@ impl Agent {
         {
             message = tail_log(&log_path, 80, 2048);
         }
+        let oom_killed = memory_cgroup.as_ref().is_some_and(|cg| cg.oom_killed());
+        drop(memory_cgroup);
         set_state(State::Terminated {
             exit_code,
-            reason: if exit_code == 0 {
+            reason: if oom_killed {
+                "OOMKilled".into()
+            } else if exit_code == 0 {
                 "Completed".into()
             } else {
                 "Error".into()
@@ -825,6 +851,7 @@ impl Agent {
             ProcessSpec {
                 argv,
                 hostname: handle.name.clone(),
+                cgroup_procs: None,
                 env,
                 working_dir: c.working_dir.clone(),
                 uid: uid as u32,

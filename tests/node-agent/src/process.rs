@@ -22,6 +22,8 @@ pub struct ProcessSpec {
     pub argv: Vec<String>,
     /// The pod's hostname (its name), set in the container's UTS namespace.
     pub hostname: String,
+    /// The `cgroup.procs` file of the container's memory cgroup (its memory limit), if any.
+    pub cgroup_procs: Option<PathBuf>,
     pub env: Vec<(String, String)>,
     pub working_dir: Option<String>,
     pub uid: u32,
@@ -118,6 +120,7 @@ pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
     };
     let root = cstr(Path::new("/"))?;
     let proc_dir = cstr(Path::new("/proc"))?;
+    let cgroup_procs = spec.cgroup_procs.as_deref().map(cstr).transpose()?;
     let proc_fs = cstr(Path::new("proc"))?;
     // As the kubelet does: a hostname is at most 63 characters, without a trailing `-`/`.`.
     let mut hostname = spec.hostname.clone().into_bytes();
@@ -199,6 +202,14 @@ pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
             }
             for dir in &workdir {
                 libc::mkdir(dir.as_ptr(), 0o755);
+            }
+            // Into the memory cgroup first, so that the container's every process is in it.
+            if let Some(procs) = &cgroup_procs {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                check(fd)?;
+                let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+                libc::close(fd);
+                check(written as libc::c_int)?;
             }
             // The container's own PID namespace: this process stays outside as the supervisor;
             // its child is PID 1 inside and goes on to exec the command.

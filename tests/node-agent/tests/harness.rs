@@ -807,3 +807,45 @@ spec:
     assert_eq!(t.exit_code, 0, "{t:?}");
     assert_eq!(t.message.as_deref(), Some("hi\n"));
 }
+
+/// `resources.limits.memory` is enforced (a memory cgroup): a container that goes over it is
+/// killed by the kernel and reported `OOMKilled` with exit code 137, as by the kubelet.
+#[tokio::test]
+async fn a_container_over_its_memory_limit_is_oom_killed() {
+    let ns = TestNamespace::new("oom").await;
+    ns.apply(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: hungry}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: busybox
+    command: [sh, -c, 'echo eating; tail /dev/zero']
+    resources: {limits: {memory: 32Mi}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: modest}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: busybox
+    command: [sh, -c, 'echo fine']
+    resources: {limits: {memory: 32Mi}}
+"#,
+    );
+    let pod = terminated_pod(&ns, "hungry").await;
+    let t = terminated(&pod);
+    assert_eq!(
+        (t.reason.as_deref(), t.exit_code),
+        (Some("OOMKilled"), 137),
+        "{t:?}"
+    );
+    let pod = terminated_pod(&ns, "modest").await;
+    let t = terminated(&pod);
+    assert_eq!((t.reason.as_deref(), t.exit_code), (Some("Completed"), 0));
+}
