@@ -7,9 +7,9 @@
 // It serves RandomPet, RandomString, RandomPassword, RandomId, RandomInteger and RandomUuid with
 // the real provider's tokens, property names, defaults, ids and secret outputs. Every input
 // change (keepers included) replaces the resource; Read hands the state back unchanged (there is
-// nothing outside the state). Values come from crypto/rand, except that a RandomInteger with a
+// nothing outside the state), or builds it from the id on import as the real provider does. Values come from crypto/rand, except that a RandomInteger with a
 // `seed` gives the real provider's value for that seed. Not served: RandomBytes, RandomShuffle,
-// RandomUuid4, RandomUuid7, importing, and the provider's `terraformConfig` method.
+// RandomUuid4, RandomUuid7 and the provider's `terraformConfig` method.
 package random
 
 import (
@@ -186,8 +186,24 @@ func (p *Provider) Create(_ context.Context, req *pulumirpc.CreateRequest) (*pul
 
 func (p *Provider) Read(_ context.Context, req *pulumirpc.ReadRequest) (*pulumirpc.ReadResponse, error) {
 	if len(req.GetProperties().GetFields()) == 0 {
-		t, _ := typeOf(req.GetUrn(), req.GetType())
-		return nil, fmt.Errorf("importing %s is not supported by the random stand-in (test stand-in)", t)
+		// An import (`pulumi import`, a YAML `get`): only the id is known.
+		t, err := typeOf(req.GetUrn(), req.GetType())
+		if err != nil {
+			return nil, err
+		}
+		id, outs, ins, err := Import(t, req.GetId())
+		if err != nil {
+			return nil, err
+		}
+		o, err := provsupport.Marshal(outs, "outputs")
+		if err != nil {
+			return nil, err
+		}
+		i, err := provsupport.Marshal(ins, "inputs")
+		if err != nil {
+			return nil, err
+		}
+		return &pulumirpc.ReadResponse{Id: id, Properties: o, Inputs: i}, nil
 	}
 	// There is nothing outside the state to drift from: read the state back as it is.
 	return &pulumirpc.ReadResponse{Id: req.GetId(), Properties: req.GetProperties(), Inputs: req.GetInputs()}, nil

@@ -290,6 +290,37 @@ func TestUUID(t *testing.T) {
 	}
 }
 
+func TestImport(t *testing.T) {
+	id, outs, ins, err := Import(IDType, "app-,-_8BAg")
+	if err != nil || id != "-_8BAg" || outs["hex"].StringValue() != "app-fbff0102" || ins["byteLength"].NumberValue() != 4 ||
+		ins["prefix"].StringValue() != "app-" {
+		t.Errorf("id: %s %v %v %v", id, outs, ins, err)
+	}
+	id, outs, ins, err = Import(IntegerType, "3,1,3,12345")
+	if err != nil || id != "3" || outs["result"].NumberValue() != 3 || ins["seed"].StringValue() != "12345" {
+		t.Errorf("integer: %s %v %v %v", id, outs, ins, err)
+	}
+	id, outs, _, err = Import(StringType, "hello")
+	if err != nil || id != "hello" || outs["result"].StringValue() != "hello" || outs["length"].NumberValue() != 5 {
+		t.Errorf("string: %s %v %v", id, outs, err)
+	}
+	id, _, _, err = Import(UUIDType, "6D4B1C4E-0F2A-4B7C-9D1E-2F3A4B5C6D7E")
+	if err != nil || id != "6d4b1c4e-0f2a-4b7c-9d1e-2f3a4b5c6d7e" {
+		t.Errorf("uuid: %s %v", id, err)
+	}
+	for typ, bad := range map[string]string{IntegerType: "3,1", IDType: "not base64!", UUIDType: "nope", PetType: "my-pet"} {
+		if _, _, _, err := Import(typ, bad); err == nil {
+			t.Errorf("%s %q imported", typ, bad)
+		}
+	}
+	// An imported resource has no diff against the program that made it.
+	_, _, ins, _ = Import(IntegerType, "3,1,3,12345")
+	checked, _ := Normalize(IntegerType, props("min", 1.0, "max", 3.0, "seed", "12345"))
+	if !ins.DeepEquals(checked) {
+		t.Errorf("imported inputs %v differ from %v", ins, checked)
+	}
+}
+
 func mustStruct(t *testing.T, m map[string]any) *structpb.Struct {
 	s, err := structpb.NewStruct(m)
 	if err != nil {
@@ -364,8 +395,18 @@ func TestPreviewAndRead(t *testing.T) {
 	if err != nil || read.Id != "none" || read.Properties != state {
 		t.Errorf("read: %v %v", read, err)
 	}
-	if _, err := p.Read(ctx, &pulumirpc.ReadRequest{Id: "abc", Type: StringType}); err == nil {
-		t.Error("import accepted")
+	imp, err := p.Read(ctx, &pulumirpc.ReadRequest{Id: "abc", Type: PasswordType})
+	if err != nil || imp.Id != "none" {
+		t.Fatalf("import: %v %v", imp, err)
+	}
+	outs, _ = provsupport.Unmarshal(imp.Properties, "outs")
+	ins, _ := provsupport.Unmarshal(imp.Inputs, "ins")
+	if outs["result"].SecretValue().Element.StringValue() != "abc" || ins["length"].NumberValue() != 3 ||
+		!BcryptMatches(outs["bcryptHash"].SecretValue().Element.StringValue(), "abc") {
+		t.Errorf("imported password: %v %v", outs, ins)
+	}
+	if _, err := p.Read(ctx, &pulumirpc.ReadRequest{Id: "my-pet", Type: PetType}); err == nil {
+		t.Error("pet import accepted")
 	}
 	if _, err := p.Check(ctx, &pulumirpc.CheckRequest{Type: "random:index:RandomShuffle"}); err == nil {
 		t.Error("unknown type accepted")
