@@ -303,3 +303,88 @@ resources:
     let described = kubectl(&["-n", f.ns(), "describe", "stack", "app"]);
     assert!(described.contains("Not_A_Valid_Name"), "{described}");
 }
+
+/// A program written for the real providers (`random`, `kubernetes`) with plain and secret
+/// config: outputs reach the Stack, secrets stay `[secret]` there and in the Job's logs.
+#[tokio::test]
+async fn config_secrets_and_random_values_reach_the_program_and_its_outputs() {
+    let f = StackFixture::new("random").await;
+    grant_config_maps(&f);
+    let program = r#"name: settings
+runtime: yaml
+config:
+  greeting: {type: string}
+  apiKey: {type: string, secret: true}
+resources:
+  pet:
+    type: random:RandomPet
+    properties:
+      length: 2
+  password:
+    type: random:RandomPassword
+    properties:
+      length: 20
+      special: false
+  settings:
+    type: kubernetes:core/v1:ConfigMap
+    properties:
+      data:
+        greeting: ${greeting}
+        owner: ${pet.id}
+outputs:
+  pet: ${pet.id}
+  settingsName: ${settings.metadata.name}
+  password: ${password.result}
+  apiKey: ${apiKey}
+"#;
+    let sha = f.repo.commit(&[("Pulumi.yaml", program)], "v1");
+    f.sn.ns.apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: api}}\nstringData: {{key: e2e-api-key-5150}}\n---\n{}",
+        f.stack_yaml(
+            "app",
+            &format!("commit: {sha}"),
+            "  config:\n    greeting: hello\n  secretsRef:\n    apiKey:\n      type: Secret\n      secret: {name: api, key: key}\n",
+        )
+    ));
+    let s = f.wait_stack_for(T, "app", "Ready", stack_ready).await;
+    let outputs = s
+        .status
+        .as_ref()
+        .and_then(|st| st.outputs.clone())
+        .unwrap_or_default();
+    let pet = outputs
+        .get("pet")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default()
+        .to_string();
+    assert!(pet.contains('-') && pet.len() > 3, "{outputs:?}");
+    assert_eq!(
+        outputs.get("password"),
+        Some(&serde_json::json!("[secret]")),
+        "{outputs:?}"
+    );
+    assert_eq!(
+        outputs.get("apiKey"),
+        Some(&serde_json::json!("[secret]")),
+        "{outputs:?}"
+    );
+    let name = outputs
+        .get("settingsName")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default();
+    let owner = kubectl(&[
+        "-n",
+        f.ns(),
+        "get",
+        "configmap",
+        name,
+        "-o",
+        "jsonpath={.data.owner}",
+    ]);
+    assert_eq!(owner, pet);
+    let logs = job_logs(&f, &s);
+    assert!(
+        !logs.contains("e2e-api-key-5150"),
+        "the secret config leaked:\n{logs}"
+    );
+}
