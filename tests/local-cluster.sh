@@ -90,13 +90,11 @@ target_dir() {
 
 # The image of `pulumi/pulumi*` containers: the real Pulumi CLI with its YAML language host and
 # the test provider plugins (ambient plugins, found on PATH), copied (hard-linked) next to each
-# other so that a non-root container can reach them.
+# other so that a non-root container can reach them. Needs build_tools first.
 pulumi_image_dir() {
-  local tools="$TOOLS_BIN" dir="$STATE_DIR/pulumi-image"
-  [ -n "$tools" ] || tools="$("$REPO_ROOT/tests/build-tools.sh" --print)" || die "the Pulumi CLI is not built: run tests/build-tools.sh"
+  local dir="$STATE_DIR/pulumi-image" f
   rm -rf "$dir"; mkdir -p "$dir"
-  local f
-  for f in "$tools"/pulumi "$tools"/pulumi-language-* "$tools"/pulumi-resource-*; do
+  for f in "$TOOLS_BIN"/pulumi "$TOOLS_BIN"/pulumi-language-* "$TOOLS_BIN"/pulumi-resource-*; do
     [ -e "$f" ] || continue
     ln -f "$f" "$dir/" 2>/dev/null || cp "$f" "$dir/"
   done

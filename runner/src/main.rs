@@ -147,6 +147,6 @@ fn workspace_async(
                 signals::Signals::none()
             }
         };
-        workspace::serve(p, layout, std::path::Path::new("pulumi"), signals).await
+        workspace::serve(p, layout, &run::RunOptions::from_env(), signals).await
     })
 }

@@ -85,7 +85,7 @@ pub struct Prepared {
 pub async fn prepare(
     plan: &RunPlan,
     layout: &Layout,
-    pulumi: &Path,
+    opts: &RunOptions,
     signals: Signals,
     redactor: &mut Redactor,
 ) -> Result<Prepared, Failure> {
@@ -119,7 +119,7 @@ pub async fn prepare(
     let resolved = config::resolve(&plan.stack.config, &project.name, &Process, redactor)?;
     let config_steps = config::steps(&resolved);
 
-    let runner = Runner::new(pulumi, &workspace, signals);
+    let runner = Runner::new(&opts.pulumi, &workspace, signals);
     let version = {
         let out = runner.run(&pulumi::version()).await?;
         let v = out
@@ -135,7 +135,7 @@ pub async fn prepare(
     let config_invocations = config::invocations(stack, &config_steps, version)?;
 
     check(&runner.run(&pulumi::install()).await?, "install")?;
-    select_stack(&runner, plan).await?;
+    select_stack(&runner, plan, opts).await?;
     if !plan.stack.environment.is_empty() {
         let listed = if version.is_none_or(|v| v >= Version::ENVIRONMENTS_LS) {
             let out = runner.run(&pulumi::config_env_ls(stack)).await?;
@@ -168,7 +168,7 @@ async fn run_inner(
     signals: Signals,
     redactor: &mut Redactor,
 ) -> Result<RunResult, Failure> {
-    let Prepared { runner, .. } = prepare(plan, layout, &opts.pulumi, signals, redactor).await?;
+    let Prepared { runner, .. } = prepare(plan, layout, opts, signals, redactor).await?;
     let stack = plan.stack.name.as_str();
 
     let scratch = layout.scratch_dir();
@@ -249,7 +249,7 @@ async fn run_inner(
 
 /// `stack select`; on "no stack named … found", `stack init` (when allowed) and select again,
 /// as PKO does.
-async fn select_stack(runner: &Runner, plan: &RunPlan) -> Result<(), Failure> {
+async fn select_stack(runner: &Runner, plan: &RunPlan, opts: &RunOptions) -> Result<(), Failure> {
     let stack = plan.stack.name.as_str();
     let out = runner.run(&pulumi::stack_select(stack)).await?;
     if out.success() {
@@ -270,7 +270,7 @@ async fn select_stack(runner: &Runner, plan: &RunPlan) -> Result<(), Failure> {
     let init = run_retrying_conflicts(
         runner,
         &pulumi::stack_init(stack, plan.stack.secrets_provider.as_deref()),
-        &RunOptions::from_env(),
+        opts,
         plan.options.retry_on_update_conflict,
     )
     .await?;

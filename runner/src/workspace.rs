@@ -55,13 +55,13 @@ pub fn check(layout: &Layout) -> ExitCode {
 pub async fn serve(
     plan: &WorkspacePlan,
     layout: &Layout,
-    pulumi: &Path,
+    opts: &run::RunOptions,
     signals: Signals,
 ) -> RunResult {
     let ready = ready_file(layout);
     let _ = std::fs::remove_file(&ready);
     let mut redactor = Redactor::default();
-    let mut result = match prepare(plan, layout, pulumi, signals.clone(), &mut redactor).await {
+    let mut result = match prepare(plan, layout, opts, signals.clone(), &mut redactor).await {
         Ok(message) => {
             let marked = std::fs::create_dir_all(layout.scratch_dir())
                 .and_then(|_| std::fs::write(&ready, message.as_bytes()));
@@ -110,11 +110,11 @@ pub async fn serve(
 async fn prepare(
     wp: &WorkspacePlan,
     layout: &Layout,
-    pulumi: &Path,
+    opts: &run::RunOptions,
     signals: Signals,
     redactor: &mut Redactor,
 ) -> Result<String, Failure> {
-    let prepared = run::prepare(&wp.plan, layout, pulumi, signals, redactor).await?;
+    let prepared = run::prepare(&wp.plan, layout, opts, signals, redactor).await?;
     let revision = if wp.workspace.revision.is_empty() {
         String::new()
     } else {

@@ -1,7 +1,8 @@
 // Package provsupport holds the pieces shared by the TEST STAND-IN provider plugins in this module
-// (cmd/pulumi-resource-kubernetes and cmd/pulumi-resource-standin): serving a gRPC
-// ResourceProvider with the Pulumi SDK, property (un)marshalling, a structural diff that yields
-// Pulumi property paths, and engine-driven cancellation. For tests only; never shipped.
+// (cmd/pulumi-resource-kubernetes, -random and -standin): serving a gRPC ResourceProvider with
+// the Pulumi SDK and the RPCs they answer alike (Base), property (un)marshalling, a structural
+// diff that yields Pulumi property paths, and engine-driven cancellation. For tests only; never
+// shipped.
 package provsupport
 
 import (
@@ -15,8 +16,45 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource/plugin"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi/provider"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
+	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/structpb"
 )
+
+// Base answers the RPCs every stand-in answers the same way: plugin info and schema, attach, a
+// configuration taken as it is and never changing the provider, and a Cancel with nothing to
+// stop. A provider embeds it and overrides what it does differently.
+type Base struct {
+	pulumirpc.UnimplementedResourceProviderServer
+	Version string
+	Schema  func() []byte
+}
+
+func (b *Base) GetPluginInfo(context.Context, *emptypb.Empty) (*pulumirpc.PluginInfo, error) {
+	return &pulumirpc.PluginInfo{Version: b.Version}, nil
+}
+
+func (b *Base) GetSchema(_ context.Context, req *pulumirpc.GetSchemaRequest) (*pulumirpc.GetSchemaResponse, error) {
+	if v := req.GetVersion(); v != 0 {
+		return nil, fmt.Errorf("unsupported schema version %d", v)
+	}
+	return &pulumirpc.GetSchemaResponse{Schema: string(b.Schema())}, nil
+}
+
+func (b *Base) Attach(context.Context, *pulumirpc.PluginAttach) (*emptypb.Empty, error) {
+	return &emptypb.Empty{}, nil
+}
+
+func (b *Base) Cancel(context.Context, *emptypb.Empty) (*emptypb.Empty, error) {
+	return &emptypb.Empty{}, nil
+}
+
+func (b *Base) CheckConfig(_ context.Context, req *pulumirpc.CheckRequest) (*pulumirpc.CheckResponse, error) {
+	return &pulumirpc.CheckResponse{Inputs: req.GetNews()}, nil
+}
+
+func (b *Base) DiffConfig(context.Context, *pulumirpc.DiffRequest) (*pulumirpc.DiffResponse, error) {
+	return &pulumirpc.DiffResponse{Changes: pulumirpc.DiffResponse_DIFF_NONE}, nil
+}
 
 // Serve runs a provider plugin the way the engine expects (prints the port, serves gRPC until
 // the engine hangs up) and exits the process on failure.

@@ -101,36 +101,18 @@ func Schema() []byte {
 
 // Provider is the gRPC ResourceProvider.
 type Provider struct {
-	pulumirpc.UnimplementedResourceProviderServer
+	provsupport.Base
 	cancel provsupport.Canceller
 }
 
 // New makes the provider (the host client is not needed).
-func New(*provider.HostClient) (pulumirpc.ResourceProviderServer, error) { return &Provider{}, nil }
-
-func (p *Provider) GetPluginInfo(context.Context, *emptypb.Empty) (*pulumirpc.PluginInfo, error) {
-	return &pulumirpc.PluginInfo{Version: Version}, nil
-}
-
-func (p *Provider) GetSchema(context.Context, *pulumirpc.GetSchemaRequest) (*pulumirpc.GetSchemaResponse, error) {
-	return &pulumirpc.GetSchemaResponse{Schema: string(Schema())}, nil
-}
-
-func (p *Provider) Attach(context.Context, *pulumirpc.PluginAttach) (*emptypb.Empty, error) {
-	return &emptypb.Empty{}, nil
+func New(*provider.HostClient) (pulumirpc.ResourceProviderServer, error) {
+	return &Provider{Base: provsupport.Base{Version: Version, Schema: Schema}}, nil
 }
 
 func (p *Provider) Cancel(context.Context, *emptypb.Empty) (*emptypb.Empty, error) {
 	p.cancel.Cancel()
 	return &emptypb.Empty{}, nil
-}
-
-func (p *Provider) CheckConfig(_ context.Context, req *pulumirpc.CheckRequest) (*pulumirpc.CheckResponse, error) {
-	return &pulumirpc.CheckResponse{Inputs: req.GetNews()}, nil
-}
-
-func (p *Provider) DiffConfig(context.Context, *pulumirpc.DiffRequest) (*pulumirpc.DiffResponse, error) {
-	return &pulumirpc.DiffResponse{Changes: pulumirpc.DiffResponse_DIFF_NONE}, nil
 }
 
 func (p *Provider) Configure(context.Context, *pulumirpc.ConfigureRequest) (*pulumirpc.ConfigureResponse, error) {
