@@ -8,7 +8,6 @@ pub mod workspace;
 
 use crate::context::{Context, Stores};
 use crate::error::{backoff, Error};
-use futures::Stream;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
@@ -118,27 +117,6 @@ pub struct Scope {
     pub metrics: Arc<crate::metrics::Metrics>,
 }
 
-/// A watch whose objects fill a store and trigger reconciles; managed fields are dropped
-/// before caching to keep memory low.
-fn reflect<K>(
-    api: Api<K>,
-    cfg: watcher::Config,
-) -> (Store<K>, impl Stream<Item = K> + Send + 'static)
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-{
-    let (reader, writer) = reflector::store();
-    let stream = watcher(api, cfg)
-        .default_backoff()
-        .modify(|o| {
-            o.managed_fields_mut().clear();
-        })
-        .reflect(writer)
-        .touched_objects()
-        .filter_map(|r| async move { r.ok() });
-    (reader, stream)
-}
-
 fn api<K>(client: &kube::Client, ns: Option<&str>) -> Api<K>
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
@@ -204,7 +182,11 @@ where
             o.managed_fields_mut().clear();
         })
         .reflect_shared(writer)
-        .for_each(|_| async {})
+        .for_each(|event| async move {
+            if let Err(e) = event {
+                warn!(kind = %K::kind(&()), "watch failed (retrying with backoff): {e}");
+            }
+        })
         .boxed();
     (reader, subscribers, driver)
 }
@@ -223,8 +205,8 @@ fn run_in(
             .labels(pulumi_operator_api::names::UPDATE_NAME_LABEL)
     };
 
-    let (jobs, job_events) = reflect(api::<Job>(client, ns), ours());
-    let (pods, pod_events) = reflect(api::<Pod>(client, ns), ours());
+    let (jobs, mut job_subs, job_driver) = shared(api::<Job>(client, ns), ours(), 1);
+    let (pods, mut pod_subs, pod_driver) = shared(api::<Pod>(client, ns), ours(), 1);
     let (updates, mut update_subs, update_driver) = shared(api::<Update>(client, ns), wc(), 2);
     let (programs, mut program_subs, program_driver) = shared(api::<Program>(client, ns), wc(), 2);
     let (workspaces, mut workspace_subs, workspace_driver) =
@@ -236,6 +218,8 @@ fn run_in(
         Some(program_users),
         Some(ws_primary),
         Some(ws_users),
+        Some(job_events),
+        Some(pod_events),
     ) = (
         update_subs.pop(),
         update_subs.pop(),
@@ -243,6 +227,8 @@ fn run_in(
         program_subs.pop(),
         workspace_subs.pop(),
         workspace_subs.pop(),
+        job_subs.pop(),
+        pod_subs.pop(),
     )
     else {
         tracing::error!("shared watch streams gave no subscription; controllers not started");
@@ -267,8 +253,8 @@ fn run_in(
             updates: updates.clone(),
             programs: programs.clone(),
             workspaces: workspaces.clone(),
-            jobs,
-            pods,
+            jobs: jobs.clone(),
+            pods: pods.clone(),
         },
     ));
 
@@ -346,9 +332,12 @@ fn run_in(
         let name = o.label(pulumi_operator_api::names::UPDATE_NAME_LABEL)?;
         Some(ObjectRef::new(name).within(o.ns()?))
     };
-    let job_triggers = job_events.filter_map(move |j: Job| async move { by_label(&j) });
-    let pod_triggers = pod_events.filter_map(move |p: Pod| async move { by_label(&p) });
+    let job_triggers =
+        job_events.filter_map(move |j: Arc<Job>| async move { by_label(j.as_ref()) });
+    let pod_triggers =
+        pod_events.filter_map(move |p: Arc<Pod>| async move { by_label(p.as_ref()) });
     let updates_for_workspaces = updates.clone();
+    let updates_filled = updates.clone();
     let update_run = Controller::for_shared_stream(update_primary, updates)
         .with_config(config.clone())
         .reconcile_on(job_triggers)
@@ -384,20 +373,30 @@ fn run_in(
             pulumi_operator_api::names::AUTO_COMPONENT_WORKSPACE
         ))
     };
-    let (statefulsets, sts_events) = reflect(api::<StatefulSet>(client, ns), workspace_parts());
-    let (claims, claim_events) =
-        reflect(api::<PersistentVolumeClaim>(client, ns), workspace_parts());
+    let (statefulsets, mut sts_subs, sts_driver) =
+        shared(api::<StatefulSet>(client, ns), workspace_parts(), 1);
+    let (claims, mut claim_subs, claim_driver) = shared(
+        api::<PersistentVolumeClaim>(client, ns),
+        workspace_parts(),
+        1,
+    );
+    let (Some(sts_events), Some(claim_events)) = (sts_subs.pop(), claim_subs.pop()) else {
+        tracing::error!("shared watch streams gave no subscription; controllers not started");
+        return (Vec::new(), stacks, programs);
+    };
     let by_workspace = |o: &dyn ResourceLike| -> Option<ObjectRef<Workspace>> {
         let name = o.label(pulumi_operator_api::names::WORKSPACE_NAME_LABEL)?;
         Some(ObjectRef::new(name).within(o.ns()?))
     };
-    let sts_triggers = sts_events.filter_map(move |s: StatefulSet| async move { by_workspace(&s) });
-    let claim_triggers =
-        claim_events.filter_map(move |c: PersistentVolumeClaim| async move { by_workspace(&c) });
+    let sts_triggers =
+        sts_events.filter_map(move |s: Arc<StatefulSet>| async move { by_workspace(s.as_ref()) });
+    let claim_triggers = claim_events
+        .filter_map(move |c: Arc<PersistentVolumeClaim>| async move { by_workspace(c.as_ref()) });
     let retained = Arc::new(workspace::RetainedStores {
-        statefulsets,
-        claims,
+        statefulsets: statefulsets.clone(),
+        claims: claims.clone(),
     });
+    let workspaces_filled = workspaces.clone();
     let workspace_run = Controller::for_shared_stream(ws_primary, workspaces)
         .with_config(config.clone())
         .reconcile_on(sts_triggers)
@@ -431,12 +430,42 @@ fn run_in(
         .for_each(|_| async {})
         .boxed();
 
+    // No controller acts before every cache it reads has been filled by its first list: an
+    // empty cache would look like "the Stack is gone" or "no Job exists" and lead to deletions
+    // and duplicate operations after every restart.
+    let filled = [
+        wait_filled(stacks.clone()),
+        wait_filled(updates_filled),
+        wait_filled(programs.clone()),
+        wait_filled(workspaces_filled),
+        wait_filled(jobs),
+        wait_filled(pods),
+        wait_filled(statefulsets),
+        wait_filled(claims),
+    ];
+    let ns_label = ns.unwrap_or("all namespaces").to_string();
+    let stop = shutdown.clone();
+    let controllers = async move {
+        tokio::select! {
+            _ = futures::future::join_all(filled) => {
+                tracing::info!(namespace = %ns_label, "watch caches filled; controllers start");
+                futures::future::join_all([stack_run, update_run, workspace_run, program_run]).await;
+            }
+            _ = stop.cancelled() => {}
+        }
+    }
+    .boxed();
+
     // The watch drivers end with the controllers.
     let drivers = futures::future::join_all([
         stack_driver,
         update_driver,
         program_driver,
         workspace_driver,
+        job_driver,
+        pod_driver,
+        sts_driver,
+        claim_driver,
     ]);
     let drivers = async move {
         tokio::select! {
@@ -445,11 +474,7 @@ fn run_in(
         }
     }
     .boxed();
-    (
-        vec![stack_run, update_run, workspace_run, program_run, drivers],
-        stacks,
-        programs,
-    )
+    (vec![controllers, drivers], stacks, programs)
 }
 
 /// The few things the trigger mappers read from Jobs and Pods.
@@ -465,6 +490,18 @@ impl<K: Resource> ResourceLike for K {
     fn ns(&self) -> Option<&str> {
         self.meta().namespace.as_deref()
     }
+}
+
+/// Resolves once the store holds its first complete list (a store that is never filled, because
+/// its watch keeps failing, keeps the controllers waiting: the watch's errors are logged).
+fn wait_filled<K>(store: Store<K>) -> Running
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    async move {
+        let _ = store.wait_until_ready().await;
+    }
+    .boxed()
 }
 
 async fn cancelled(token: CancellationToken) {

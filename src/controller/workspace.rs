@@ -273,7 +273,10 @@ pub async fn reconcile(
     let claim = stores
         .claims
         .get(&ObjectRef::new(&cache_claim_name(&name)).within(&ns));
-    let stack = owner_stack(&ws, &ctx.stores.stacks);
+    let stack = match owner_stack(&ws, &ctx.stores.stacks) {
+        Some(s) => Some(s),
+        None => owner_stack_from_api(&ws, &ctx, &ns).await?,
+    };
     let (observed, action) = match policy(stack.as_deref()) {
         WorkspaceReclaimPolicy::Retain => retain(&ws, &ctx, &ns, sts, claim).await?,
         _ => (
@@ -309,6 +312,29 @@ pub async fn reconcile(
         }
     }
     Ok(action)
+}
+
+/// The owning Stack read from the API server when the cache does not have it: reclaiming
+/// deletes the retained workspace and its cache, so "no owner" must be a fact, not a cache
+/// that has not caught up.
+async fn owner_stack_from_api(
+    ws: &Workspace,
+    ctx: &Context,
+    ns: &str,
+) -> Result<Option<Arc<Stack>>> {
+    let Some(owner) = ws
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "Stack" && o.controller == Some(true))
+    else {
+        return Ok(None);
+    };
+    let api: Api<Stack> = Api::namespaced(ctx.client.clone(), ns);
+    Ok(api
+        .get_opt(&owner.name)
+        .await?
+        .filter(|s| s.uid().as_deref() == Some(owner.uid.as_str()))
+        .map(Arc::new))
 }
 
 /// `Delete`: no StatefulSet, no cache claim. The StatefulSet goes once no unfinished update
