@@ -11,7 +11,8 @@ use pulumi_operator_api::{Program, Stack, Update, Workspace};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-pub const FIELD_MANAGER: &str = "pulumi-operator";
+/// The name events are reported under and the leader lease is written with.
+pub const REPORTER: &str = "pulumi-operator";
 
 /// Watch caches the reconciles read from (never a GET in the hot path).
 #[derive(Clone)]
@@ -37,7 +38,7 @@ pub struct Context {
 impl Context {
     pub fn new(client: Client, config: Config, metrics: Arc<Metrics>, stores: Stores) -> Context {
         let reporter = Reporter {
-            controller: FIELD_MANAGER.into(),
+            controller: REPORTER.into(),
             instance: Some(config.identity()),
         };
         Context {

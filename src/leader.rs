@@ -32,7 +32,7 @@ pub async fn campaign(client: Client, config: &Config) -> anyhow::Result<Leaders
         .with_identity(&identity)
         .with_duration(duration)
         .with_grace((duration / 3).max(1))
-        .with_field_manager(crate::context::FIELD_MANAGER)
+        .with_field_manager(crate::context::REPORTER)
         .build()
         .await?;
     info!(lease = %format!("{}/{}", config.lease_namespace, config.lease_name), %identity, "waiting for leadership");

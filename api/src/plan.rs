@@ -177,6 +177,23 @@ pub struct RunPlan {
     /// Verbosity of Pulumi's own logs (`-v`), 0 for none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pulumi_log_level: Option<u32>,
+    /// How this operation's locks are recognised (absent in a [`WorkspacePlan`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_holder: Option<LockHolder>,
+}
+
+/// The identity Pulumi records in the locks an operation takes (`user@host (pid N)`): the
+/// operation's pod runs with this hostname. The operator never runs two operations of one
+/// Stack at once, so a lock held by another host with the Stack's prefix belongs to an earlier
+/// operation whose pod is gone (killed, OOM, node lost): the runner may clear it. A lock held
+/// by any other host is never touched.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LockHolder {
+    /// This operation's hostname.
+    pub hostname: String,
+    /// The hostname prefix of every operation of this Stack (derived from its UID).
+    pub stack_prefix: String,
 }
 
 /// The name of the plan Secret of a retained workspace (`<workspace>-workspace-plan`).
@@ -296,6 +313,10 @@ pub struct RunResult {
     /// The outputs Secret written (absent when the operation has no outputs to report).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outputs: Option<String>,
+    /// Stale locks of earlier operations of this Stack that the runner cleared (`user@host
+    /// (pid N) at time`, as Pulumi reported them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stale_locks_cleared: Vec<String>,
 }
 
 impl RunResult {
@@ -308,6 +329,7 @@ impl RunResult {
             summary: None,
             project: None,
             outputs: None,
+            stale_locks_cleared: Vec::new(),
         }
     }
 
@@ -373,6 +395,7 @@ mod tests {
             outputs_secret: "s-1-stack-outputs".into(),
             outputs_labels: BTreeMap::new(),
             pulumi_log_level: None,
+            lock_holder: None,
         };
         let text = serde_json::to_string(&plan).unwrap();
         assert!(text.contains(r#""kind":"git""#), "{text}");
@@ -400,6 +423,7 @@ mod tests {
                 outputs_secret: String::new(),
                 outputs_labels: BTreeMap::new(),
                 pulumi_log_level: None,
+                lock_holder: None,
             },
             workspace: RetainedWorkspace {
                 name: "app".into(),

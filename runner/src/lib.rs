@@ -16,6 +16,7 @@ pub mod dotenv;
 pub mod error;
 pub mod exec;
 pub mod fetch;
+pub mod locks;
 pub mod outputs;
 pub mod plan;
 pub mod pulumi;

@@ -225,6 +225,7 @@ mod tests {
             outputs_secret: "s-up-1-stack-outputs".into(),
             outputs_labels: BTreeMap::from([("pulumi.com/stack-name".into(), "s".into())]),
             pulumi_log_level: None,
+            lock_holder: None,
         }
     }
 

@@ -120,6 +120,12 @@ pub fn stack_select(stack: &str) -> Invocation {
     Invocation::new(&["stack", "select", "--stack", stack])
 }
 
+/// `P cancel --yes --stack S`: removes the stack's locks (a DIY backend deletes every lock
+/// file of the stack; only called when all of them are stale locks of this Stack).
+pub fn cancel(stack: &str) -> Invocation {
+    Invocation::new(&["cancel", "--yes", "--stack", stack])
+}
+
 /// `P stack init S [--secrets-provider P]`.
 pub fn stack_init(stack: &str, secrets_provider: Option<&str>) -> Invocation {
     let mut inv = Invocation::new(&["stack", "init", stack]);

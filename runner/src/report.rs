@@ -53,6 +53,7 @@ pub fn succeeded(message: impl Into<String>) -> RunResult {
         summary: None,
         project: None,
         outputs: None,
+        stale_locks_cleared: Vec::new(),
     }
 }
 

@@ -33,6 +33,8 @@ pub struct RunOptions {
     pub conflict_retry_delay: Duration,
     /// How many times an update conflict is retried (with `retryOnUpdateConflict`).
     pub conflict_retries: u32,
+    /// Stale locks cleared during the run (reported in the result).
+    pub cleared_locks: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl RunOptions {
@@ -51,6 +53,7 @@ impl RunOptions {
                 .map(Duration::from_millis)
                 .unwrap_or(Duration::from_secs(5)),
             conflict_retries: 5,
+            cleared_locks: Default::default(),
         }
     }
 }
@@ -71,6 +74,9 @@ pub async fn run(
     };
     result.project = project;
     result.message = redactor.apply(&result.message);
+    if let Ok(cleared) = opts.cleared_locks.lock() {
+        result.stale_locks_cleared = cleared.clone();
+    }
     result
 }
 
@@ -189,7 +195,7 @@ async fn run_inner(
     let retry = options.retry_on_update_conflict;
     if op == Operation::Up && options.refresh && options.expect_no_refresh_changes {
         let inv = pulumi::refresh_expecting_no_changes(stack, &options, &ctx);
-        let out = run_retrying_conflicts(&runner, &inv, opts, retry).await?;
+        let out = run_retrying_conflicts(&runner, &inv, opts, retry, plan).await?;
         if !out.success() {
             let mut f = failure(&out, "refresh");
             if f.reason == FailureReason::ExpectedNoChanges {
@@ -203,7 +209,7 @@ async fn run_inner(
         options.refresh = false;
     }
     let inv = pulumi::operation(op, stack, &options, &ctx);
-    let out = run_retrying_conflicts(&runner, &inv, opts, retry).await?;
+    let out = run_retrying_conflicts(&runner, &inv, opts, retry, plan).await?;
     if !out.success() {
         return Err(failure(&out, op.as_str()));
     }
@@ -272,6 +278,7 @@ async fn select_stack(runner: &Runner, plan: &RunPlan, opts: &RunOptions) -> Res
         &pulumi::stack_init(stack, plan.stack.secrets_provider.as_deref()),
         opts,
         plan.options.retry_on_update_conflict,
+        plan,
     )
     .await?;
     if !init.success() && !init.observed.error_summary().contains("already exists") {
@@ -294,21 +301,53 @@ pub fn missing_environments(listed: &[String], wanted: &[String]) -> Vec<String>
     out
 }
 
-/// Runs an operation; with `retry`, an update conflict is retried with backoff.
+/// Runs an operation. A conflict caused only by stale locks of this Stack's earlier operations
+/// (`crate::locks`) is cleared with `pulumi cancel` and the operation runs again at once; with
+/// `retry` (`retryOnUpdateConflict`), any other conflict is retried with backoff.
 async fn run_retrying_conflicts(
     runner: &Runner,
     inv: &Invocation,
     opts: &RunOptions,
     retry: bool,
+    plan: &RunPlan,
 ) -> Result<Outcome, Failure> {
     let mut delay = opts.conflict_retry_delay;
     let mut attempt = 0;
+    let mut cleared = false;
     loop {
         let out = runner.run(inv).await?;
-        if out.success() || !retry || attempt >= opts.conflict_retries {
+        if out.success()
+            || classify(out.code, &out.observed, out.interrupted) != FailureReason::UpdateConflict
+        {
             return Ok(out);
         }
-        if classify(out.code, &out.observed, out.interrupted) != FailureReason::UpdateConflict {
+        if !cleared {
+            if let Some(stale) = plan
+                .lock_holder
+                .as_ref()
+                .and_then(|me| crate::locks::stale(&out.observed.error_summary(), me))
+            {
+                cleared = true;
+                log(format!(
+                    "the stack is locked by an earlier operation of this Stack that is gone ({}); clearing the stale lock",
+                    stale.join("; ")
+                ));
+                let cancel = runner
+                    .run(&pulumi::cancel(plan.stack.name.as_str()))
+                    .await?;
+                if cancel.success() {
+                    if let Ok(mut c) = opts.cleared_locks.lock() {
+                        c.extend(stale);
+                    }
+                    continue;
+                }
+                log(format!(
+                    "could not clear the stale lock: {}",
+                    cancel.observed.error_summary()
+                ));
+            }
+        }
+        if !retry || attempt >= opts.conflict_retries {
             return Ok(out);
         }
         attempt += 1;

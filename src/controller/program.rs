@@ -1,7 +1,7 @@
 //! The Program controller: renders each Program into the Pulumi.yaml that its Stacks run,
 //! and publishes its sha256 digest as a Flux-style `status.artifact`, as PKO does.
 
-use crate::context::{Context, FIELD_MANAGER};
+use crate::context::Context;
 use crate::error::{Error, Result};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -97,7 +97,7 @@ pub async fn reconcile(program: Arc<Program>, ctx: Arc<Context>) -> Result<Actio
     let api: Api<Program> = Api::namespaced(ctx.client.clone(), &namespace);
     api.patch_status(
         &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
+        &PatchParams::apply(pulumi_operator_api::names::FIELD_MANAGER_PROGRAM_STATUS).force(),
         &Patch::Apply(&patch),
     )
     .await?;

@@ -1,13 +1,27 @@
-//! The Stack controller's I/O loop: read (caches) → validate → decide → apply → write status.
+//! The Stack controller's I/O loop, as a short sequence of phases over one `Pass`:
+//!
+//! 1. **finalizer** — ours is on every live Stack;
+//! 2. **validate** (pure) — a bad spec stalls with a reason and waits for a change;
+//! 3. **operations in flight** (`crate::stack::inflight`, pure) — an unfinished Update of the
+//!    Stack is waited for, a finished one is absorbed and only then released: the one place
+//!    that enforces "one operation at a time" and "absorb before delete";
+//! 4. **resolve the source** — the revision to deploy;
+//! 5. **decide** (`crate::stack::decide`, pure) — whether an operation is due;
+//! 6. **act** — claim the operation with a status write conditioned on the Stack's
+//!    resourceVersion (a reconcile on a stale Stack loses the race instead of starting a second
+//!    operation), then apply the Workspace and create the Update;
+//! 7. **report** — status, metrics, events.
+//!
 //! It never waits for a Pulumi run: it creates an Update and returns; the Update's completion
 //! triggers the next reconcile.
 
-use crate::context::{Context, FIELD_MANAGER};
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::metrics::{StackLabels, UpdateLabels};
 use crate::source::{self, ResolveError};
 use crate::stack::decide::{decide, Decision, Limits, Observed};
-use crate::stack::objects::{build_update, build_workspace, ResolvedSource};
+use crate::stack::inflight::{in_flight, owned_by, releasable, InFlight};
+use crate::stack::objects::{build_update, build_workspace, trigger_of, ResolvedSource};
 use crate::stack::prereq;
 use crate::stack::status::{self, absorb, mark_reconciling, mark_result, mark_stalled};
 use k8s_openapi::api::core::v1::Secret;
@@ -22,57 +36,739 @@ use pulumi_operator_api::validation::{join_errors, validate_stack};
 use pulumi_operator_api::{
     CurrentStackUpdate, Stack, StackStatus, StackUpdateStateMessage, Update, UpdateType, Workspace,
 };
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
 
 const SOURCE_UNAVAILABLE_REQUEUE: Duration = Duration::from_secs(30);
+/// Stalled reason (and Event reason) when an object the operation needs does not exist.
+const REASON_REFERENCE_NOT_FOUND: &str = "ReferenceNotFound";
+/// After losing the race for the Stack (it changed since it was read): its watch event
+/// triggers the next reconcile; this is only a safety net.
+const CLAIM_CONFLICT_REQUEUE: Duration = Duration::from_secs(2);
+/// After the API server refused the operation's objects (the spec must change).
+const REJECTED_REQUEUE: Duration = Duration::from_secs(60);
 
-async fn publish(ctx: &Context, stack: &Stack, type_: EventType, reason: &str, note: String) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: "Reconcile".into(),
-        secondary: None,
+/// One reconcile of one Stack: what it read and the status it is building.
+struct Pass<'a> {
+    stack: &'a Stack,
+    ctx: &'a Context,
+    ns: String,
+    name: String,
+    uid: String,
+    api: Api<Stack>,
+    now: Time,
+    generation: i64,
+    request: String,
+    deleting: bool,
+    /// The status as last written (or read).
+    written: StackStatus,
+    status: StackStatus,
+    /// The Stack's resourceVersion after this pass's own writes.
+    resource_version: Option<String>,
+}
+
+pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
+    let mut pass = Pass::new(&stack, &ctx)?;
+    let has_finalizer = stack.finalizers().iter().any(|f| f == names::FINALIZER);
+    if pass.deleting && !has_finalizer {
+        return Ok(Action::await_change());
+    }
+    if !pass.deleting && !has_finalizer {
+        // Then go on in this reconcile: waiting for the watch to show the finalizer would
+        // add a round trip before the first operation.
+        pass.add_finalizer().await?;
+    }
+    if let Some(action) = pass.validate().await? {
+        return pass.finish(action).await;
+    }
+    if let Some(action) = pass.operations_in_flight().await? {
+        return pass.finish(action).await;
+    }
+    if pass.deleting && (!stack.spec.destroy_on_finalize || stack.spec.preview) {
+        // Deletion without destroy: done.
+        status::mark_ready(&mut pass.status, pass.generation, &pass.now);
+        pass.save().await?;
+        pass.release_and_remove_finalizer().await?;
+        return Ok(Action::await_change());
+    }
+    let source = match pass.resolve_source().await {
+        Ok(s) => s,
+        Err(action) => return pass.finish(action).await,
     };
-    if let Err(e) = ctx.recorder.publish(&event, &stack.object_ref(&())).await {
-        warn!("cannot record event {reason}: {e}");
+    let revision = source.revision().to_string();
+    let decision = pass.decide(&revision);
+    let action = match decision {
+        Decision::Synced { requeue } => match pass.synced(requeue).await? {
+            Some(action) => action,
+            None => return Ok(Action::await_change()),
+        },
+        Decision::Run { kind, reason } => pass.run(kind, reason, &source, &revision).await?,
+    };
+    pass.finish(action).await
+}
+
+impl<'a> Pass<'a> {
+    fn new(stack: &'a Stack, ctx: &'a Context) -> Result<Pass<'a>> {
+        let ns = stack
+            .namespace()
+            .ok_or(Error::MissingField("metadata.namespace"))?;
+        let generation = stack.metadata.generation.unwrap_or(0);
+        let request = stack
+            .annotations()
+            .get(names::RECONCILIATION_REQUEST_ANNOTATION)
+            .cloned()
+            .unwrap_or_default();
+        let written = stack.status.clone().unwrap_or_default();
+        let mut status = written.clone();
+        status.observed_generation = Some(generation);
+        status.observed_reconcile_request = Some(request.clone());
+        Ok(Pass {
+            stack,
+            ctx,
+            api: Api::namespaced(ctx.client.clone(), &ns),
+            ns,
+            name: stack.name_any(),
+            uid: stack.uid().unwrap_or_default(),
+            now: Time(jiff::Timestamp::now()),
+            generation,
+            request,
+            deleting: stack.metadata.deletion_timestamp.is_some(),
+            written,
+            status,
+            resource_version: stack.resource_version(),
+        })
     }
-}
 
-async fn write_status(api: &Api<Stack>, name: &str, status: &StackStatus) -> Result<()> {
-    let patch =
-        serde_json::json!({"apiVersion": "pulumi.com/v1", "kind": "Stack", "status": status});
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
-}
+    // ---- phase 2: validate ------------------------------------------------------------
 
-/// Adds or removes our finalizer, guarded by the resourceVersion (a concurrent change fails
-/// with a conflict and is retried, rather than being overwritten).
-async fn set_finalizer(api: &Api<Stack>, stack: &Stack, present: bool) -> Result<()> {
-    let mut finalizers: Vec<String> = stack
-        .finalizers()
-        .iter()
-        .filter(|f| *f != names::FINALIZER)
-        .cloned()
-        .collect();
-    if present {
+    /// A bad spec stalls with a clear reason, an event and a log line, and waits for the
+    /// spec to change.
+    async fn validate(&mut self) -> Result<Option<Action>> {
+        let errors = validate_stack(self.stack);
+        if errors.is_empty() {
+            return Ok(None);
+        }
+        let mut message = join_errors(&errors);
+        if self.deleting {
+            message.push_str(&format!(
+                "; the stack cannot be destroyed with this spec: fix it, or remove the finalizer with \
+                 kubectl patch stack {} --type=merge -p '{{\"metadata\":{{\"finalizers\":[]}}}}'",
+                self.name
+            ));
+        }
+        warn!(%message, "invalid stack spec");
+        self.stall_once(
+            names::REASON_SPEC_INVALID,
+            &message,
+            names::EVENT_STACK_CONFIG_INVALID,
+        )
+        .await;
+        Ok(Some(Action::await_change()))
+    }
+
+    /// Stalled with `reason`; the event is published only when the condition is new.
+    async fn stall_once(&mut self, reason: &str, message: &str, event: &str) {
+        let repeated = self.written.conditions.iter().flatten().any(|c| {
+            c.type_ == names::CONDITION_STALLED && c.reason == reason && c.message == message
+        });
+        mark_stalled(
+            &mut self.status,
+            reason,
+            message,
+            self.generation,
+            &self.now,
+        );
+        if !repeated {
+            self.publish(EventType::Warning, event, message.to_string())
+                .await;
+        }
+    }
+
+    // ---- phase 3: operations in flight -----------------------------------------------
+
+    /// The Stack's own Updates (controller reference with its UID), from the cache.
+    fn owned_updates(&self) -> Vec<Arc<Update>> {
+        self.ctx
+            .stores
+            .updates
+            .state()
+            .into_iter()
+            .filter(|u| {
+                u.namespace().as_deref() == Some(self.ns.as_str())
+                    && u.labels().get(names::STACK_NAME_LABEL) == Some(&self.name)
+                    && owned_by(u, &self.uid)
+            })
+            .collect()
+    }
+
+    /// An Update by name: the cache, else the API server (an Update this operator created a
+    /// moment ago may not be cached yet; "missing" must be a fact before acting on it).
+    async fn find_update(&self, name: &str) -> Result<Option<Update>> {
+        let cached = self
+            .ctx
+            .stores
+            .updates
+            .get(&ObjectRef::new(name).within(&self.ns));
+        Ok(match cached {
+            Some(u) => Some((*u).clone()),
+            None => {
+                Api::<Update>::namespaced(self.ctx.client.clone(), &self.ns)
+                    .get_opt(name)
+                    .await?
+            }
+        })
+    }
+
+    /// Waits for the operation in flight, or absorbs the one that finished. `Some` ends the
+    /// reconcile here.
+    async fn operations_in_flight(&mut self) -> Result<Option<Action>> {
+        let current_name = self
+            .status
+            .current_update
+            .as_ref()
+            .and_then(|c| c.name.clone());
+        let current = match &current_name {
+            Some(n) => self
+                .find_update(n)
+                .await?
+                .filter(|u| owned_by(u, &self.uid)),
+            None => None,
+        };
+        if let (Some(n), None) = (&current_name, &current) {
+            // Claimed but never created (a crash in between), or removed by force: nothing
+            // of it can be absorbed; the decision below starts what is due.
+            warn!(update = %n, "the Update in flight does not exist; deciding again");
+            self.status.current_update = None;
+        }
+        let owned = self.owned_updates();
+        let refs: Vec<&Update> = owned.iter().map(|u| u.as_ref()).collect();
+        match in_flight(current.as_ref(), &refs) {
+            InFlight::Busy { name, adopt } => {
+                if adopt {
+                    if let Some(u) = owned.iter().find(|u| u.name_any() == name) {
+                        info!(update = %name, "adopting an unfinished Update of this stack");
+                        self.status.current_update = Some(trigger_of(u));
+                    }
+                }
+                mark_reconciling(
+                    &mut self.status,
+                    names::REASON_STACK_PROCESSING,
+                    names::MESSAGE_STACK_BEING_PROCESSED,
+                    self.generation,
+                    &self.now,
+                );
+                // The Update's changes trigger the next reconcile (it is owned).
+                return Ok(Some(Action::await_change()));
+            }
+            InFlight::Absorb { .. } => {
+                if let Some(u) = &current {
+                    self.absorb(u).await?;
+                }
+            }
+            InFlight::Free => {}
+        }
+        // Release every finished Update that has been absorbed (this one included, now that
+        // the status saying so is written).
+        let keep = self
+            .status
+            .current_update
+            .as_ref()
+            .and_then(|c| c.name.as_deref());
+        for name in releasable(&refs, keep) {
+            release_update(self.ctx, &self.ns, &name).await;
+        }
+        Ok(None)
+    }
+
+    /// Folds a finished Update into the status and writes it (before its finalizer goes).
+    async fn absorb(&mut self, update: &Update) -> Result<()> {
+        let failed = status::update_failed(update);
+        let outputs = if failed {
+            None
+        } else {
+            read_outputs(self.ctx, &self.ns, update).await?
+        };
+        absorb(&mut self.status, update, outputs, &self.now);
+        self.save().await?;
+        record_finished_update(self.ctx, update);
+        if failed {
+            let msg = update
+                .status
+                .as_ref()
+                .and_then(|s| s.message.clone())
+                .unwrap_or_default();
+            self.publish(
+                EventType::Warning,
+                names::EVENT_STACK_UPDATE_FAILURE,
+                format!("Failed to update stack: {msg}"),
+            )
+            .await;
+        } else {
+            self.publish(
+                EventType::Normal,
+                names::EVENT_STACK_UPDATE_SUCCESSFUL,
+                "Successfully updated stack".into(),
+            )
+            .await;
+        }
+        info!(update = %update.name_any(), failed, "update finished");
+        prune_history(self.ctx, self.stack, &self.ns, &self.status).await;
+        Ok(())
+    }
+
+    // ---- phase 4: source -------------------------------------------------------------
+
+    async fn resolve_source(&mut self) -> std::result::Result<ResolvedSource, Action> {
+        let spec = &self.stack.spec;
+        // Destroy without the source (pko-reference §3.5): the recorded project is enough, so
+        // a deleted repository, Program or Flux source cannot block the deletion.
+        let bypass =
+            self.deleting && spec.destroy_on_finalize && !spec.preview && !spec.run_program;
+        if let Some(p) = self.status.project_info.clone().filter(|_| bypass) {
+            return Ok(ResolvedSource::ProjectInfo {
+                name: p.name,
+                runtime: p.runtime,
+            });
+        }
+        // A tracked branch is re-read when the answer shared by all Stacks tracking it is
+        // older than this Stack's resync period (src/source/poll.rs).
+        let resync = crate::stack::decide::resync_period(spec, &self.limits());
+        match source::resolve_source(self.stack, self.ctx, resync).await {
+            Ok(s) => Ok(s),
+            Err(ResolveError { reason, message }) => {
+                warn!(%message, %reason, "source unavailable");
+                if reason == names::REASON_SPEC_INVALID {
+                    // A missing git credentials Secret or key is an invalid spec (PKO).
+                    self.stall_once(reason, &message, names::EVENT_STACK_CONFIG_INVALID)
+                        .await;
+                } else {
+                    mark_stalled(
+                        &mut self.status,
+                        reason,
+                        &message,
+                        self.generation,
+                        &self.now,
+                    );
+                }
+                // Secrets and remotes are not watched: look again later.
+                Err(Action::requeue(SOURCE_UNAVAILABLE_REQUEUE))
+            }
+        }
+    }
+
+    // ---- phase 5: decide -------------------------------------------------------------
+
+    fn limits(&self) -> Limits {
+        Limits {
+            min_resync: Duration::from_secs(self.ctx.config.min_resync_seconds),
+        }
+    }
+
+    fn decide(&self, revision: &str) -> Decision {
+        let observed = Observed {
+            generation: self.generation,
+            reconcile_request: &self.request,
+            deleting: self.deleting,
+            revision,
+            polled: self.stack.spec.git.branch.is_some() && self.stack.spec.git.commit.is_none(),
+            now: self.now.0,
+        };
+        decide(
+            &self.stack.spec,
+            Some(&self.status),
+            &observed,
+            &self.limits(),
+        )
+    }
+
+    // ---- phase 6: act ----------------------------------------------------------------
+
+    /// Nothing to run. `None`: the Stack was released (deleted after its destroy).
+    async fn synced(&mut self, requeue: Option<Duration>) -> Result<Option<Action>> {
+        mark_result(&mut self.status, self.generation, &self.now);
+        let destroyed = self.status.last_update.as_ref().is_some_and(|l| {
+            l.update_type == Some(UpdateType::Destroy)
+                && l.state == Some(StackUpdateStateMessage::Succeeded)
+        });
+        if self.deleting && destroyed {
+            self.save().await?;
+            self.release_and_remove_finalizer().await?;
+            return Ok(None);
+        }
+        if self.deleting {
+            // A destroy that keeps failing holds the Stack: say how to let it go.
+            let hint = format!(
+                "; to delete the Stack without destroying its resources: kubectl patch stack {} --type=merge -p '{{\"metadata\":{{\"finalizers\":[]}}}}'",
+                self.name
+            );
+            for c in self.status.conditions.iter_mut().flatten() {
+                if c.type_ == names::CONDITION_STALLED && !c.message.contains("finalizers") {
+                    c.message.push_str(&hint);
+                }
+            }
+        }
+        Ok(Some(
+            requeue
+                .map(Action::requeue)
+                .unwrap_or_else(Action::await_change),
+        ))
+    }
+
+    /// An operation is due: check prerequisites, claim it, start it.
+    async fn run(
+        &mut self,
+        kind: UpdateType,
+        reason: String,
+        source: &ResolvedSource,
+        revision: &str,
+    ) -> Result<Action> {
+        // Prerequisites are checked only when an operation is due, and not for a destroy.
+        if !self.deleting {
+            let problems = prerequisites_ready(self.ctx, self.stack, &self.ns, &self.now).await?;
+            if !problems.is_empty() {
+                let message = prereq::message(&problems);
+                info!(%message, %reason, "waiting for prerequisites");
+                mark_reconciling(
+                    &mut self.status,
+                    names::REASON_PREREQUISITE_NOT_SATISFIED,
+                    &message,
+                    self.generation,
+                    &self.now,
+                );
+                return Ok(Action::await_change());
+            }
+        }
+        if !self.deleting {
+            if let Some(message) = self.missing_references(source).await? {
+                warn!(%message, "referenced objects missing");
+                self.stall_once(
+                    REASON_REFERENCE_NOT_FOUND,
+                    &message,
+                    REASON_REFERENCE_NOT_FOUND,
+                )
+                .await;
+                return Ok(Action::requeue(SOURCE_UNAVAILABLE_REQUEUE));
+            }
+        }
+        // Names derive from the status as this reconcile sees it (after absorbing).
+        let mut view = self.stack.clone();
+        view.status = Some(self.status.clone());
+        let update = build_update(&view, kind, &reason, revision);
+        let update_name = update.name_any();
+        self.status.current_update = Some(CurrentStackUpdate {
+            name: Some(update_name.clone()),
+            generation: Some(self.generation),
+            reconcile_request: Some(self.request.clone()),
+            commit: Some(revision.to_string()),
+        });
+        mark_reconciling(
+            &mut self.status,
+            names::REASON_STACK_PROCESSING,
+            names::MESSAGE_STACK_BEING_PROCESSED,
+            self.generation,
+            &self.now,
+        );
+        // The claim: written only if the Stack is still the one this decision was made on.
+        if !self.save_guarded().await? {
+            info!(update = %update_name, "the stack changed since it was read; deciding again");
+            return Ok(Action::requeue(CLAIM_CONFLICT_REQUEUE));
+        }
+        match start_update(self.ctx, &view, source, update).await {
+            Ok(()) => {}
+            Err(Error::Kube(kube::Error::Api(e))) if rejected(&e) => {
+                return self.rejected(&update_name, &e).await;
+            }
+            // Transient: the next reconcile finds the claim without its Update and decides again.
+            Err(e) => return Err(e),
+        }
+        self.publish(
+            EventType::Normal,
+            names::EVENT_STACK_UPDATE_DETECTED,
+            reason,
+        )
+        .await;
+        Ok(Action::await_change())
+    }
+
+    /// A message naming the ServiceAccount, ConfigMaps and Secrets the operation's pod would
+    /// need but that do not exist (none: all there). Not for a destroy: a deletion must not
+    /// wait for objects the user may have removed first (its pod reports them if needed).
+    async fn missing_references(&self, source: &ResolvedSource) -> Result<Option<String>> {
+        use crate::stack::references::{missing_message, required, Kind};
+        let ws = build_workspace(self.stack, source);
+        let client = &self.ctx.client;
+        let mut missing = Vec::new();
+        for r in required(&ws) {
+            let (exists, has_key) = match r.kind {
+                Kind::ServiceAccount => {
+                    let api: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+                        Api::namespaced(client.clone(), &self.ns);
+                    (api.get_opt(&r.name).await?.is_some(), true)
+                }
+                Kind::ConfigMap => {
+                    let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+                        Api::namespaced(client.clone(), &self.ns);
+                    match api.get_opt(&r.name).await? {
+                        None => (false, false),
+                        Some(cm) => (
+                            true,
+                            r.key.as_ref().is_none_or(|k| {
+                                cm.data.as_ref().is_some_and(|d| d.contains_key(k))
+                                    || cm.binary_data.as_ref().is_some_and(|d| d.contains_key(k))
+                            }),
+                        ),
+                    }
+                }
+                Kind::Secret => {
+                    let api: Api<Secret> = Api::namespaced(client.clone(), &self.ns);
+                    match api.get_opt(&r.name).await? {
+                        None => (false, false),
+                        Some(s) => (
+                            true,
+                            r.key.as_ref().is_none_or(|k| {
+                                s.data.as_ref().is_some_and(|d| d.contains_key(k))
+                                    || s.string_data.as_ref().is_some_and(|d| d.contains_key(k))
+                            }),
+                        ),
+                    }
+                }
+            };
+            if !exists || !has_key {
+                missing.push((r, exists));
+            }
+        }
+        Ok((!missing.is_empty()).then(|| missing_message(&missing, &self.ns)))
+    }
+
+    /// The API server refused the operation's Workspace or Update: say why and wait for a
+    /// change (PKO's NamespaceTerminating when the namespace is going away).
+    async fn rejected(&mut self, update: &str, e: &kube::core::Status) -> Result<Action> {
+        self.status.current_update = None;
+        if e.message.contains("being terminated") {
+            let message = format!(
+                "the namespace is being deleted, so the operation cannot start: {}; to delete the \
+                 Stack without it: kubectl patch stack {} --type=merge -p '{{\"metadata\":{{\"finalizers\":[]}}}}'",
+                e.message, self.name
+            );
+            warn!(%message, "namespace terminating");
+            // No event: an Event cannot be created in a terminating namespace.
+            mark_stalled(
+                &mut self.status,
+                names::REASON_NAMESPACE_TERMINATING,
+                &message,
+                self.generation,
+                &self.now,
+            );
+            return Ok(Action::requeue(SOURCE_UNAVAILABLE_REQUEUE));
+        }
+        let message = format!(
+            "the API server refused the objects of operation {update}: {} (HTTP {}); fix the \
+             spec (often spec.updateTemplate or spec.workspaceTemplate)",
+            e.message, e.code
+        );
+        warn!(%message, "operation rejected");
+        self.stall_once(
+            names::REASON_SPEC_INVALID,
+            &message,
+            names::EVENT_STACK_CONFIG_INVALID,
+        )
+        .await;
+        Ok(Action::requeue(REJECTED_REQUEUE))
+    }
+
+    // ---- phase 7: report and writes --------------------------------------------------
+
+    async fn finish(mut self, action: Action) -> Result<Action> {
+        self.save().await?;
+        update_metrics(self.ctx, self.stack, &self.status);
+        Ok(action)
+    }
+
+    async fn publish(&self, type_: EventType, reason: &str, note: String) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = self
+            .ctx
+            .recorder
+            .publish(&event, &self.stack.object_ref(&()))
+            .await
+        {
+            warn!("cannot record event {reason}: {e}");
+        }
+    }
+
+    /// Writes the status if it changed.
+    async fn save(&mut self) -> Result<()> {
+        if self.status != self.written {
+            self.write(None).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes the status only if the Stack has not changed since this pass read it (or last
+    /// wrote it); `false` when it has.
+    async fn save_guarded(&mut self) -> Result<bool> {
+        let rv = self.resource_version.clone();
+        match self.write(rv).await {
+            Ok(()) => Ok(true),
+            Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn write(&mut self, resource_version: Option<String>) -> Result<()> {
+        let written = write_status(
+            &self.api,
+            &self.name,
+            &self.status,
+            resource_version.as_deref(),
+        )
+        .await?;
+        self.resource_version = written.resource_version();
+        self.written = self.status.clone();
+        Ok(())
+    }
+
+    async fn add_finalizer(&mut self) -> Result<()> {
+        let mut finalizers = self.stack.finalizers().to_vec();
         finalizers.push(names::FINALIZER.into());
+        let patch = serde_json::json!({"metadata": {"finalizers": finalizers, "resourceVersion": self.resource_version}});
+        let patched = self
+            .api
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        self.resource_version = patched.resource_version();
+        Ok(())
     }
-    let patch = serde_json::json!({"metadata": {"finalizers": finalizers, "resourceVersion": stack.resource_version()}});
-    api.patch(
-        &stack.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(())
+
+    /// The Stack is done: its Updates' finalizers go first (they could not be absorbed any
+    /// more), then its own, guarded by the resourceVersion of this pass's last write.
+    async fn release_and_remove_finalizer(&mut self) -> Result<()> {
+        for u in self.owned_updates() {
+            if u.finalizers().iter().any(|f| f == names::FINALIZER) {
+                release_update(self.ctx, &self.ns, &u.name_any()).await;
+            }
+        }
+        let finalizers: Vec<&String> = self
+            .stack
+            .finalizers()
+            .iter()
+            .filter(|f| *f != names::FINALIZER)
+            .collect();
+        let patch = serde_json::json!({"metadata": {"finalizers": finalizers, "resourceVersion": self.resource_version}});
+        self.api
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+}
+
+/// Whether the API server refused an object for good (not a conflict, not a transient error).
+fn rejected(e: &kube::core::Status) -> bool {
+    matches!(e.code, 400 | 403 | 404 | 422)
+}
+
+/// The status by server-side apply with PKO's status field manager, optionally guarded by a
+/// resourceVersion. A Stack whose status was last written by another manager (PKO before a
+/// migration, or an older release of this operator) may keep entries that manager still owns
+/// (a `Stalled` beside `Ready=True`, a stale `currentUpdate`): those are replaced.
+async fn write_status(
+    api: &Api<Stack>,
+    name: &str,
+    status: &StackStatus,
+    resource_version: Option<&str>,
+) -> Result<Stack> {
+    let mut metadata = serde_json::json!({"name": name});
+    if let Some(rv) = resource_version {
+        metadata["resourceVersion"] = rv.into();
+    }
+    let patch = serde_json::json!({"apiVersion": "pulumi.com/v1", "kind": "Stack", "metadata": metadata, "status": status});
+    let written = api
+        .patch_status(
+            name,
+            &PatchParams::apply(names::FIELD_MANAGER_STACK_STATUS).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    let wanted = serde_json::to_value(status)?;
+    let got = serde_json::to_value(written.status.clone().unwrap_or_default())?;
+    if let Some(fix) = leftovers(&wanted, &got) {
+        let fixed = api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&fix))
+            .await?;
+        return Ok(fixed);
+    }
+    Ok(written)
+}
+
+/// A merge patch that makes `got` equal `wanted`, if they differ (top-level status fields:
+/// lists are replaced whole, fields only `got` has are removed).
+fn leftovers(wanted: &serde_json::Value, got: &serde_json::Value) -> Option<serde_json::Value> {
+    if wanted == got {
+        return None;
+    }
+    let empty = serde_json::Map::new();
+    let w = wanted.as_object().unwrap_or(&empty);
+    let g = got.as_object().unwrap_or(&empty);
+    let mut fix = serde_json::Map::new();
+    for (k, v) in w {
+        if g.get(k) != Some(v) {
+            fix.insert(k.clone(), v.clone());
+        }
+    }
+    for k in g.keys() {
+        if !w.contains_key(k) {
+            fix.insert(k.clone(), serde_json::Value::Null);
+        }
+    }
+    (!fix.is_empty()).then(|| serde_json::json!({ "status": fix }))
+}
+
+/// Removes our finalizer from a finished Update the Stack has absorbed (best effort: the next
+/// reconcile tries again). A JSON patch tests the entry, so a concurrent change is not lost.
+async fn release_update(ctx: &Context, ns: &str, name: &str) {
+    let api: Api<Update> = Api::namespaced(ctx.client.clone(), ns);
+    if let Err(e) = remove_finalizer(&api, name).await {
+        warn!(update = %name, "cannot release the Update's finalizer: {e}");
+    }
+}
+
+/// Removes `finalizer.stack.pulumi.com` from an object by a JSON patch that tests the entry.
+pub async fn remove_finalizer<K>(api: &Api<K>, name: &str) -> Result<()>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let Some(current) = api.get_opt(name).await? else {
+        return Ok(());
+    };
+    let Some(index) = current
+        .meta()
+        .finalizers
+        .iter()
+        .flatten()
+        .position(|f| f == names::FINALIZER)
+    else {
+        return Ok(());
+    };
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": names::FINALIZER},
+        {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
+    ]))?;
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn update_metrics(ctx: &Context, stack: &Stack, status: &StackStatus) {
@@ -97,37 +793,46 @@ fn update_metrics(ctx: &Context, stack: &Stack, status: &StackStatus) {
         .set(reconciling as i64);
 }
 
-/// Reads the outputs Secret of a successful Update (a missing Secret means no outputs).
+/// The outputs of a successful Update. Only the Secret `<update>-stack-outputs` owned by this
+/// Update is read (what the pod reported is not trusted further); a missing Secret means no
+/// outputs; an error reading it is retried rather than losing the outputs.
 async fn read_outputs(
     ctx: &Context,
     ns: &str,
     update: &Update,
-) -> Option<std::collections::BTreeMap<String, serde_json::Value>> {
-    let name = update
+) -> Result<Option<BTreeMap<String, serde_json::Value>>> {
+    let Some(name) = update
         .status
-        .as_ref()?
-        .outputs
-        .clone()
-        .filter(|o| !o.is_empty())?;
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    match secrets.get_opt(&name).await {
-        Ok(Some(s)) => {
-            let keys = status::secret_keys(
-                s.annotations()
-                    .get(names::SECRETS_ANNOTATION)
-                    .map(String::as_str),
-            );
-            Some(status::outputs_from_secret(
-                &s.data.unwrap_or_default(),
-                &keys,
-            ))
-        }
-        Ok(None) => None,
-        Err(e) => {
-            warn!("cannot read outputs Secret {name}: {e}");
-            None
-        }
+        .as_ref()
+        .and_then(|s| s.outputs.clone())
+        .filter(|o| !o.is_empty())
+    else {
+        return Ok(None);
+    };
+    let expected = format!("{}{}", update.name_any(), names::OUTPUTS_SECRET_SUFFIX);
+    if name != expected {
+        warn!(secret = %name, %expected, "the Update names an outputs Secret that is not its own; ignored");
+        return Ok(None);
     }
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(secret) = secrets.get_opt(&name).await? else {
+        return Ok(None);
+    };
+    let uid = update.uid().unwrap_or_default();
+    if !secret.owner_references().iter().any(|o| o.uid == uid) {
+        warn!(secret = %name, "the outputs Secret is not owned by its Update; ignored");
+        return Ok(None);
+    }
+    let keys = status::secret_keys(
+        secret
+            .annotations()
+            .get(names::SECRETS_ANNOTATION)
+            .map(String::as_str),
+    );
+    Ok(Some(status::outputs_from_secret(
+        &secret.data.clone().unwrap_or_default(),
+        &keys,
+    )))
 }
 
 fn record_finished_update(ctx: &Context, update: &Update) {
@@ -158,301 +863,6 @@ fn record_finished_update(ctx: &Context, update: &Update) {
             .get_or_create(&labels)
             .observe(secs);
     }
-}
-
-pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
-    let ns = stack
-        .namespace()
-        .ok_or(Error::MissingField("metadata.namespace"))?;
-    let name = stack.name_any();
-    let api: Api<Stack> = Api::namespaced(ctx.client.clone(), &ns);
-    let deleting = stack.metadata.deletion_timestamp.is_some();
-    let has_finalizer = stack.finalizers().iter().any(|f| f == names::FINALIZER);
-    if deleting && !has_finalizer {
-        return Ok(Action::await_change());
-    }
-    if !deleting && !has_finalizer {
-        // Then go on in this reconcile: waiting for the watch to show the finalizer would
-        // add a round trip before the first operation.
-        set_finalizer(&api, &stack, true).await?;
-    }
-    let generation = stack.metadata.generation.unwrap_or(0);
-    let request = stack
-        .annotations()
-        .get(names::RECONCILIATION_REQUEST_ANNOTATION)
-        .cloned()
-        .unwrap_or_default();
-    let now = Time(jiff::Timestamp::now());
-    let before = stack.status.clone().unwrap_or_default();
-    let mut status = before.clone();
-    status.observed_generation = Some(generation);
-    status.observed_reconcile_request = Some(request.clone());
-
-    // Validate: a bad spec stalls with a clear reason, an event and a log line, and waits
-    // for the spec to change.
-    let errors = validate_stack(&stack);
-    if !errors.is_empty() {
-        let mut message = join_errors(&errors);
-        if deleting {
-            message.push_str(&format!(
-                "; the stack cannot be destroyed with this spec: fix it, or remove the finalizer with \
-                 kubectl patch stack {name} --type=merge -p '{{\"metadata\":{{\"finalizers\":[]}}}}'"
-            ));
-        }
-        warn!(%message, "invalid stack spec");
-        let was_stalled = before
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == names::CONDITION_STALLED && c.message == message);
-        mark_stalled(
-            &mut status,
-            names::REASON_SPEC_INVALID,
-            &message,
-            generation,
-            &now,
-        );
-        if !was_stalled {
-            publish(
-                &ctx,
-                &stack,
-                EventType::Warning,
-                names::EVENT_STACK_CONFIG_INVALID,
-                message,
-            )
-            .await;
-        }
-        if status != before {
-            write_status(&api, &name, &status).await?;
-        }
-        update_metrics(&ctx, &stack, &status);
-        return Ok(Action::await_change());
-    }
-
-    // Absorb the Update in flight once it has finished.
-    if let Some(current) = status.current_update.clone().and_then(|c| c.name) {
-        let cached = ctx
-            .stores
-            .updates
-            .get(&ObjectRef::new(&current).within(&ns));
-        let update = match cached {
-            Some(u) => Some((*u).clone()),
-            None => {
-                Api::<Update>::namespaced(ctx.client.clone(), &ns)
-                    .get_opt(&current)
-                    .await?
-            }
-        };
-        match update {
-            Some(u) if status::update_complete(&u) => {
-                let outputs = if status::update_failed(&u) {
-                    None
-                } else {
-                    read_outputs(&ctx, &ns, &u).await
-                };
-                absorb(&mut status, &u, outputs, &now);
-                prune_history(&ctx, &stack, &ns, &status).await;
-                record_finished_update(&ctx, &u);
-                if status::update_failed(&u) {
-                    let msg = u
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.message.clone())
-                        .unwrap_or_default();
-                    publish(
-                        &ctx,
-                        &stack,
-                        EventType::Warning,
-                        names::EVENT_STACK_UPDATE_FAILURE,
-                        format!("Failed to update stack: {msg}"),
-                    )
-                    .await;
-                } else {
-                    publish(
-                        &ctx,
-                        &stack,
-                        EventType::Normal,
-                        names::EVENT_STACK_UPDATE_SUCCESSFUL,
-                        "Successfully updated stack".into(),
-                    )
-                    .await;
-                }
-                info!(update = %current, failed = status::update_failed(&u), "update finished");
-            }
-            Some(_) => {
-                mark_reconciling(
-                    &mut status,
-                    names::REASON_STACK_PROCESSING,
-                    names::MESSAGE_STACK_BEING_PROCESSED,
-                    generation,
-                    &now,
-                );
-                if status != before {
-                    write_status(&api, &name, &status).await?;
-                }
-                update_metrics(&ctx, &stack, &status);
-                return Ok(Action::await_change());
-            }
-            // Lost (deleted by hand): forget it; the decision below creates the next one.
-            None => {
-                warn!(update = %current, "the Update in flight no longer exists");
-                status.current_update = None;
-            }
-        }
-    }
-
-    // Deletion without destroy: done.
-    if deleting && (!stack.spec.destroy_on_finalize || stack.spec.preview) {
-        status::mark_ready(&mut status, generation, &now);
-        if status != before {
-            write_status(&api, &name, &status).await?;
-        }
-        set_finalizer(&api, &stack, false).await?;
-        return Ok(Action::await_change());
-    }
-
-    // Destroy without the source (pko-reference §3.5): the recorded project is enough, so a
-    // deleted repository, Program or Flux source cannot block the deletion.
-    let bypass = deleting
-        && stack.spec.destroy_on_finalize
-        && !stack.spec.preview
-        && !stack.spec.run_program;
-    let recorded = status.project_info.clone().filter(|_| bypass);
-    let resolved = match recorded {
-        Some(p) => Ok(ResolvedSource::ProjectInfo {
-            name: p.name,
-            runtime: p.runtime,
-        }),
-        None => {
-            // A tracked branch is re-read when the answer shared by all Stacks tracking it is
-            // older than this Stack's resync period (src/source/poll.rs).
-            let limits = Limits {
-                min_resync: Duration::from_secs(ctx.config.min_resync_seconds),
-            };
-            let resync = crate::stack::decide::resync_period(&stack.spec, &limits);
-            source::resolve_source(&stack, &ctx, resync).await
-        }
-    };
-    let source = match resolved {
-        Ok(s) => s,
-        Err(ResolveError { reason, message }) => {
-            warn!(%message, %reason, "source unavailable");
-            // A missing git credentials Secret or key is an invalid spec (PKO): say so once
-            // with an event. Secrets are not watched, so both cases are re-checked later.
-            let repeated = before.conditions.iter().flatten().any(|c| {
-                c.type_ == names::CONDITION_STALLED && c.reason == reason && c.message == message
-            });
-            if reason == names::REASON_SPEC_INVALID && !repeated {
-                publish(
-                    &ctx,
-                    &stack,
-                    EventType::Warning,
-                    names::EVENT_STACK_CONFIG_INVALID,
-                    message.clone(),
-                )
-                .await;
-            }
-            mark_stalled(&mut status, reason, &message, generation, &now);
-            if status != before {
-                write_status(&api, &name, &status).await?;
-            }
-            update_metrics(&ctx, &stack, &status);
-            return Ok(Action::requeue(SOURCE_UNAVAILABLE_REQUEUE));
-        }
-    };
-    let revision = source.revision().to_string();
-    let observed = Observed {
-        generation,
-        reconcile_request: &request,
-        deleting,
-        revision: &revision,
-        polled: stack.spec.git.branch.is_some() && stack.spec.git.commit.is_none(),
-        now: now.0,
-    };
-    let limits = Limits {
-        min_resync: Duration::from_secs(ctx.config.min_resync_seconds),
-    };
-    let decision = decide(&stack.spec, Some(&status), &observed, &limits);
-    // Prerequisites are checked only when an operation is due, and not for a destroy.
-    let problems = match &decision {
-        Decision::Run { .. } if !deleting => prerequisites_ready(&ctx, &stack, &ns, &now).await?,
-        _ => Vec::new(),
-    };
-    let action = match decision {
-        Decision::Synced { requeue } => {
-            mark_result(&mut status, generation, &now);
-            let destroyed = status.last_update.as_ref().is_some_and(|l| {
-                l.update_type == Some(UpdateType::Destroy)
-                    && l.state == Some(StackUpdateStateMessage::Succeeded)
-            });
-            if deleting && !destroyed {
-                // A destroy that keeps failing holds the Stack: say how to let it go.
-                let hint = format!(
-                    "; to delete the Stack without destroying its resources: kubectl patch stack {name} --type=merge -p '{{\"metadata\":{{\"finalizers\":[]}}}}'"
-                );
-                for c in status.conditions.iter_mut().flatten() {
-                    if c.type_ == names::CONDITION_STALLED && !c.message.contains("finalizers") {
-                        c.message.push_str(&hint);
-                    }
-                }
-            }
-            if deleting && destroyed {
-                if status != before {
-                    write_status(&api, &name, &status).await?;
-                }
-                set_finalizer(&api, &stack, false).await?;
-                return Ok(Action::await_change());
-            }
-            requeue
-                .map(Action::requeue)
-                .unwrap_or_else(Action::await_change)
-        }
-        Decision::Run { reason, .. } if !problems.is_empty() => {
-            let message = prereq::message(&problems);
-            info!(%message, %reason, "waiting for prerequisites");
-            mark_reconciling(
-                &mut status,
-                names::REASON_PREREQUISITE_NOT_SATISFIED,
-                &message,
-                generation,
-                &now,
-            );
-            Action::await_change()
-        }
-        Decision::Run { kind, reason } => {
-            // Names derive from the status as this reconcile sees it (after absorbing).
-            let mut view = (*stack).clone();
-            view.status = Some(status.clone());
-            let update_name = start_update(&ctx, &view, &source, kind, &reason, &revision).await?;
-            status.current_update = Some(CurrentStackUpdate {
-                name: Some(update_name),
-                generation: Some(generation),
-                reconcile_request: Some(request.clone()),
-                commit: Some(revision.clone()),
-            });
-            mark_reconciling(
-                &mut status,
-                names::REASON_STACK_PROCESSING,
-                names::MESSAGE_STACK_BEING_PROCESSED,
-                generation,
-                &now,
-            );
-            publish(
-                &ctx,
-                &stack,
-                EventType::Normal,
-                names::EVENT_STACK_UPDATE_DETECTED,
-                reason,
-            )
-            .await;
-            Action::await_change()
-        }
-    };
-    if status != before {
-        write_status(&api, &name, &status).await?;
-    }
-    update_metrics(&ctx, &stack, &status);
-    Ok(action)
 }
 
 /// Unsatisfied prerequisites (none: the stack may run). Out-of-date ones are asked to run
@@ -496,8 +906,10 @@ async fn prerequisites_ready(
 }
 
 /// Deletes finished Updates beyond the history limit (their Jobs and Secrets go with them).
+/// Only absorbed ones can go: the finalizer holds the others.
 async fn prune_history(ctx: &Context, stack: &Stack, ns: &str, status: &StackStatus) {
     let name = stack.name_any();
+    let uid = stack.uid().unwrap_or_default();
     let mine: Vec<Arc<Update>> = ctx
         .stores
         .updates
@@ -506,6 +918,7 @@ async fn prune_history(ctx: &Context, stack: &Stack, ns: &str, status: &StackSta
         .filter(|u| {
             u.namespace().as_deref() == Some(ns)
                 && u.labels().get(names::STACK_NAME_LABEL) == Some(&name)
+                && owned_by(u, &uid)
         })
         .collect();
     let refs: Vec<&Update> = mine.iter().map(|u| u.as_ref()).collect();
@@ -538,10 +951,8 @@ async fn start_update(
     ctx: &Context,
     stack: &Stack,
     source: &ResolvedSource,
-    kind: UpdateType,
-    reason: &str,
-    revision: &str,
-) -> Result<String> {
+    mut update: Update,
+) -> Result<()> {
     let ns = stack.namespace().unwrap_or_default();
     let workspace = build_workspace(stack, source);
     let workspaces: Api<Workspace> = Api::namespaced(ctx.client.clone(), &ns);
@@ -551,13 +962,13 @@ async fn start_update(
     let applied = workspaces
         .patch(
             &stack.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
+            &PatchParams::apply(names::FIELD_MANAGER).force(),
             &Patch::Apply(&ws_value),
         )
         .await?;
-    // Server-side apply on this apiserver does not always drop a source the Workspace no
-    // longer has (e.g. git, when a destroy runs from the recorded project): remove it.
-    let stale: Vec<&str> = [
+    // A source the Workspace no longer has (e.g. git, when a destroy runs from the recorded
+    // project) may still be owned by another manager: remove it.
+    let stale: serde_json::Map<String, serde_json::Value> = [
         (
             "git",
             workspace.spec.git.is_none(),
@@ -581,16 +992,12 @@ async fn start_update(
     ]
     .into_iter()
     .filter(|(_, unwanted, present)| *unwanted && *present)
-    .map(|(field, _, _)| field)
+    .map(|(field, _, _)| (field.to_string(), serde_json::Value::Null))
     .collect();
     let applied = if stale.is_empty() {
         applied
     } else {
-        let spec: serde_json::Map<String, serde_json::Value> = stale
-            .iter()
-            .map(|f| (f.to_string(), serde_json::Value::Null))
-            .collect();
-        let patch = serde_json::json!({ "spec": spec });
+        let patch = serde_json::json!({ "spec": stale });
         workspaces
             .patch(
                 &stack.name_any(),
@@ -599,7 +1006,6 @@ async fn start_update(
             )
             .await?
     };
-    let mut update = build_update(stack, kind, reason, revision);
     // The Update controller must build the Job from this Workspace, not an older cached one.
     update
         .metadata
@@ -610,12 +1016,37 @@ async fn start_update(
             applied.metadata.generation.unwrap_or(0).to_string(),
         );
     let updates: Api<Update> = Api::namespaced(ctx.client.clone(), &ns);
-    match updates.create(&PostParams::default(), &update).await {
-        Ok(_) => info!(update = %update.name_any(), %reason, "update created"),
+    let params = PostParams {
+        field_manager: Some(names::FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match updates.create(&params, &update).await {
+        Ok(_) => info!(update = %update.name_any(), "update created"),
         Err(kube::Error::Api(e)) if e.code == 409 => {
             info!(update = %update.name_any(), "update already exists; re-attaching")
         }
         Err(e) => return Err(e.into()),
     }
-    Ok(update.name_any())
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn leftovers_of_other_managers_are_replaced_or_removed() {
+        let wanted = json!({"conditions": [{"type": "Ready"}], "observedGeneration": 2});
+        assert_eq!(leftovers(&wanted, &wanted), None);
+        let got = json!({
+            "conditions": [{"type": "Ready"}, {"type": "Stalled"}],
+            "observedGeneration": 2,
+            "currentUpdate": {"name": "s-1"}
+        });
+        assert_eq!(
+            leftovers(&wanted, &got),
+            Some(json!({"status": {"conditions": [{"type": "Ready"}], "currentUpdate": null}}))
+        );
+    }
 }

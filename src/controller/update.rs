@@ -2,12 +2,15 @@
 //! functions), and the Job and its pod are folded back into the Update's status. Finished
 //! Updates are deleted after `ttlAfterCompleted`.
 
-use crate::context::{Context, FIELD_MANAGER};
+use crate::context::Context;
 use crate::controller::program::render_project;
 use crate::error::{Error, Result};
 use crate::stack::objects::PROGRAM_SCHEME;
 use crate::update::job::{build_job, build_plan, build_plan_secret, job_labels, JobConfig};
-use crate::update::status::{progress, should_stop_job, status_for, Progress, STUCK_AFTER_SECONDS};
+use crate::update::status::{
+    not_started, progress, should_stop_job, start_failure, status_for, NotStarted, Progress,
+    STUCK_AFTER_SECONDS,
+};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -40,23 +43,11 @@ async fn write_status(api: &Api<Update>, name: &str, status: &UpdateStatus) -> R
     let patch = serde_json::json!({"apiVersion": "auto.pulumi.com/v1alpha1", "kind": "Update", "status": status});
     api.patch_status(
         name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
+        &PatchParams::apply(names::FIELD_MANAGER_UPDATE_STATUS).force(),
         &Patch::Apply(&patch),
     )
     .await?;
     Ok(())
-}
-
-/// Creates an object unless it exists (names are deterministic, so it is ours).
-async fn create_once<K>(api: &Api<K>, obj: &K) -> Result<()>
-where
-    K: Resource + Clone + Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match api.create(&PostParams::default(), obj).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 fn verb(kind: &str, past: bool) -> &'static str {
@@ -83,14 +74,26 @@ fn completed_at(update: &Update) -> Option<Time> {
         .map(|c| c.last_transition_time.clone())
 }
 
-/// A finished Update: stop a Job that might still start pods, and delete the Update once its
-/// TTL has passed.
+/// A finished Update: stop a Job that might still start pods, release it when its Stack is
+/// gone, and delete it once its TTL has passed (the Stack's finalizer holds it until the Stack
+/// has absorbed the result).
 async fn finished(update: &Update, ctx: &Context, ns: &str) -> Result<Action> {
     let name = update.name_any();
-    if let Some(job) = ctx.stores.jobs.get(&ObjectRef::new(&name).within(ns)) {
-        if job.status.as_ref().and_then(|s| s.active).unwrap_or(0) > 0 {
+    if let Some(job) = own_job(ctx, update, ns) {
+        if !job_finished(&job) {
             stop_job(ctx, ns, &job).await?;
         }
+    }
+    if update.metadata.deletion_timestamp.is_some() {
+        if update.finalizers().iter().any(|f| f == names::FINALIZER)
+            && !owner_stack_exists(ctx, update, ns).await?
+        {
+            // Nobody is left to absorb it (the Stack was removed without its finalizer).
+            let api: Api<Update> = Api::namespaced(ctx.client.clone(), ns);
+            crate::controller::stack::remove_finalizer(&api, &name).await?;
+            info!("released an Update whose Stack is gone");
+        }
+        return Ok(Action::await_change());
     }
     let Some(ttl) = update
         .spec
@@ -131,20 +134,80 @@ async fn finished(update: &Update, ctx: &Context, ns: &str) -> Result<Action> {
     Ok(Action::requeue(ttl - age + Duration::from_secs(1)))
 }
 
-/// Tells a Job to start no further pod (Kubernetes 1.20 replaces a deleted Job pod at once;
-/// the operation is over) and stops the ones it still runs.
+/// Whether the Stack that owns this Update still exists (cache, then the API server).
+async fn owner_stack_exists(ctx: &Context, update: &Update, ns: &str) -> Result<bool> {
+    let Some(owner) = update
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "Stack" && o.controller == Some(true))
+    else {
+        return Ok(false);
+    };
+    let cached = ctx
+        .stores
+        .stacks
+        .get(&ObjectRef::new(&owner.name).within(ns))
+        .is_some_and(|s| s.uid().as_deref() == Some(owner.uid.as_str()));
+    if cached {
+        return Ok(true);
+    }
+    let api: Api<pulumi_operator_api::Stack> = Api::namespaced(ctx.client.clone(), ns);
+    Ok(api
+        .get_opt(&owner.name)
+        .await?
+        .is_some_and(|s| s.uid().as_deref() == Some(owner.uid.as_str())))
+}
+
+fn job_finished(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+        })
+}
+
+/// Whether an object is controlled by this Update (its UID, not only its name: an earlier
+/// Update of the same name may have left objects that are still being garbage-collected).
+fn owned_by_update<K: Resource>(obj: &K, update: &Update) -> bool {
+    let uid = update.uid().unwrap_or_default();
+    obj.meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.uid == uid && o.controller == Some(true))
+}
+
+/// The Update's Job from the cache, if it is this Update's own.
+fn own_job(ctx: &Context, update: &Update, ns: &str) -> Option<Arc<Job>> {
+    ctx.stores
+        .jobs
+        .get(&ObjectRef::new(&update.name_any()).within(ns))
+        .filter(|j| owned_by_update(j.as_ref(), update))
+}
+
+/// Tells a Job to start no further pod (the operation is over, or must never start: a pod
+/// created later would run an operation nobody waits for). The Job controller stops the
+/// pods it still runs.
 async fn stop_job(ctx: &Context, ns: &str, job: &Job) -> Result<()> {
     if job.spec.as_ref().and_then(|s| s.parallelism) == Some(0) {
         return Ok(());
     }
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
     let patch = serde_json::json!({"spec": {"parallelism": 0}});
-    jobs.patch(
-        &job.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
+    match jobs
+        .patch(
+            &job.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
     info!(job = %job.name_any(), "job stopped: no further pod");
     Ok(())
 }
@@ -158,6 +221,7 @@ async fn fail_before_start(
     message: String,
     now: &Time,
 ) -> Result<Action> {
+    warn!(%reason, %message, "the operation cannot start");
     let failed = Progress::Failed {
         reason: reason.into(),
         message: message.clone(),
@@ -181,105 +245,89 @@ async fn fail_before_start(
     Ok(Action::await_change())
 }
 
+/// Creates an object of this Update unless it exists. One left by an earlier Update of the
+/// same name (not ours by UID) is deleted and waited for: never adopted.
+async fn create_owned<K>(api: &Api<K>, obj: &K, update: &Update) -> Result<Created>
+where
+    K: Resource + Clone + Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), obj).await {
+        Ok(_) => Ok(Created::Ready),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let name = obj.meta().name.clone().unwrap_or_default();
+            match api.get_opt(&name).await? {
+                Some(existing) if owned_by_update(&existing, update) => Ok(Created::Ready),
+                Some(existing) => {
+                    if existing.meta().deletion_timestamp.is_none() {
+                        warn!(object = %name, "removing a leftover of an earlier Update of the same name");
+                        let _ = api.delete(&name, &DeleteParams::background()).await;
+                    }
+                    Ok(Created::Blocked(name))
+                }
+                None => Ok(Created::Blocked(name)),
+            }
+        }
+        Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => Ok(Created::Rejected(
+            format!("{} (HTTP {})", e.message, e.code),
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+enum Created {
+    Ready,
+    /// A leftover of the same name is on its way out: try again shortly.
+    Blocked(String),
+    /// The API server refused it for good.
+    Rejected(String),
+}
+
+/// Event when the runner cleared a stale lock of an earlier operation of the same Stack.
+const EVENT_STALE_LOCK_CLEARED: &str = "StaleLockCleared";
+
+/// How long an Update waits for its Workspace before failing (the Stack retries, re-creating
+/// the Workspace).
+const WORKSPACE_WAIT_SECONDS: i64 = 60;
+const LEFTOVER_RETRY: Duration = Duration::from_secs(2);
+
 pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action> {
     let ns = update
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
     let name = update.name_any();
-    if update.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
-    }
     if crate::stack::status::update_complete(&update) {
         return finished(&update, &ctx, &ns).await;
     }
     let api: Api<Update> = Api::namespaced(ctx.client.clone(), &ns);
     let now = Time(jiff::Timestamp::now());
-    let before = update.status.clone().unwrap_or_default();
-    let ws_name = update.spec.workspace_name.clone().unwrap_or_default();
-    let Some(ws) = ctx
-        .stores
-        .workspaces
-        .get(&ObjectRef::new(&ws_name).within(&ns))
-    else {
-        let progress = Progress::Running {
-            message: format!("waiting for the Workspace {ws_name:?}"),
-        };
-        let mut status = status_for(&update, &progress, None, &now);
-        if let Some(c) = status.conditions.as_mut().and_then(|c| c.first_mut()) {
-            c.status = names::STATUS_FALSE.into();
-            c.reason = names::UPDATE_REASON_WORKSPACE_NOT_FOUND.into();
-        }
-        if status != before {
-            write_status(&api, &name, &status).await?;
-        }
-        return Ok(Action::await_change());
-    };
-
-    let job = ctx.stores.jobs.get(&ObjectRef::new(&name).within(&ns));
-    let wanted_generation = update
-        .annotations()
-        .get(crate::stack::objects::WORKSPACE_GENERATION_ANNOTATION)
-        .and_then(|g| g.parse::<i64>().ok())
-        .unwrap_or(0);
-    if job.is_none() && ws.metadata.generation.unwrap_or(0) < wanted_generation {
-        // The cache has not seen the Workspace this Update was made for yet; its watch event
-        // triggers this reconcile again.
-        return Ok(Action::requeue(Duration::from_secs(1)));
-    }
-    if job.is_none() {
-        let plan = match build_plan(&update, &ws) {
-            Ok(p) => p,
-            Err(message) => {
-                warn!(%message, "invalid update");
-                return fail_before_start(&ctx, &api, &update, "InvalidUpdate", message, &now)
-                    .await;
-            }
-        };
-        let program = matches!(plan.source, Some(Source::Program { .. }));
-        if program {
-            let url = ws
-                .spec
-                .flux
-                .as_ref()
-                .and_then(|f| f.url.clone())
-                .unwrap_or_default();
-            let program_name = url
-                .trim_start_matches(PROGRAM_SCHEME)
-                .rsplit('/')
-                .next()
-                .unwrap_or_default()
-                .to_string();
-            let Some(p) = ctx
-                .stores
-                .programs
-                .get(&ObjectRef::new(&program_name).within(&ns))
-            else {
-                let message = format!("the Program {program_name:?} does not exist");
-                return fail_before_start(&ctx, &api, &update, "SourceUnavailable", message, &now)
-                    .await;
-            };
-            let rendered = render_project(&p.name_any(), p.spec.program.as_ref())?;
-            let cm: ConfigMap = serde_json::from_value(serde_json::json!({
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": program_config_map_name(&name), "namespace": ns, "labels": job_labels(&update),
-                             "ownerReferences": [update.controller_owner_ref(&())]},
-                "immutable": true,
-                "data": {"Pulumi.yaml": rendered},
-            }))?;
-            create_once(&Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns), &cm).await?;
-        }
-        create_once(
-            &Api::<Secret>::namespaced(ctx.client.clone(), &ns),
-            &build_plan_secret(&update, &plan)?,
+    let deleting = update.metadata.deletion_timestamp.is_some();
+    let job = own_job(&ctx, &update, &ns);
+    if deleting && job.is_none() {
+        // Deleted before it started: it never will.
+        return fail_before_start(
+            &ctx,
+            &api,
+            &update,
+            names::UPDATE_REASON_UPDATE_FAILED,
+            "the Update was deleted before its operation started".into(),
+            &now,
         )
-        .await?;
-        let cfg = JobConfig {
-            runner_image: ctx.config.runner_image.clone(),
-            runner_pull_policy: ctx.config.runner_image_pull_policy.clone(),
-        };
-        let job = build_job(&update, &ws, &cfg, program)?;
-        create_once(&Api::<Job>::namespaced(ctx.client.clone(), &ns), &job).await?;
-        info!(job = %name, "job created");
+        .await;
+    }
+    let job = match job {
+        Some(j) => Some(j),
+        None => match start(&update, &ctx, &ns, &api, &now).await? {
+            Started::Job => own_job(&ctx, &update, &ns),
+            Started::Done(action) => return Ok(action),
+        },
+    };
+    let job = job.as_deref();
+    if deleting {
+        // `kubectl delete update` of a running operation cancels it: the runner gets SIGTERM
+        // and Pulumi stops cleanly; the result is absorbed by the Stack, then the Update goes.
+        if let Some(j) = job {
+            stop_job(&ctx, &ns, j).await?;
+        }
     }
 
     let pods: Vec<Arc<Pod>> = ctx
@@ -290,21 +338,56 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         .filter(|p| {
             p.namespace().as_deref() == Some(ns.as_str())
                 && p.labels().get(names::UPDATE_NAME_LABEL) == Some(&name)
+                && job.is_some_and(|j| owned_by_job(p, j))
         })
         .collect();
     let pod_refs: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
     let start = job
-        .as_ref()
         .and_then(|j| j.status.as_ref())
         .and_then(|s| s.start_time.clone());
-    if let Some(job) = job.as_deref().filter(|j| should_stop_job(j, &pod_refs)) {
+    if let Some(job) = job.filter(|j| should_stop_job(j, &pod_refs)) {
         stop_job(&ctx, &ns, job).await?;
     }
-    let progress = progress(job.as_deref(), &pod_refs, now.0);
+    let mut progress = progress(job, &pod_refs, now.0);
+    if let (Progress::Running { .. }, Some(j)) = (&progress, job) {
+        if let Some(waiting) = not_started(j, &pod_refs, now.0) {
+            let warning = latest_warning(&ctx, &ns, &waiting, j, &pod_refs).await;
+            if let Some(failed) = start_failure(&waiting, warning.clone()) {
+                // The Job must not start the pod later, when nobody waits for it any more.
+                stop_job(&ctx, &ns, j).await?;
+                progress = failed;
+            } else if let Some((reason, message)) = warning {
+                progress = Progress::Running {
+                    message: format!("waiting for the operation to start: {reason}: {message}"),
+                };
+            }
+        }
+    }
     let status = status_for(&update, &progress, start, &now);
-    let changed = status != before;
+    let changed = status != update.status.clone().unwrap_or_default();
     if changed {
         write_status(&api, &name, &status).await?;
+    }
+    let cleared = match &progress {
+        Progress::Succeeded { result, .. }
+        | Progress::Failed {
+            result: Some(result),
+            ..
+        } => result.stale_locks_cleared.clone(),
+        _ => Vec::new(),
+    };
+    if changed && !cleared.is_empty() {
+        publish(
+            &ctx,
+            &update,
+            EventType::Normal,
+            EVENT_STALE_LOCK_CLEARED,
+            format!(
+                "cleared the stack's lock left by an earlier operation of this Stack whose pod is gone: {}",
+                cleared.join("; ")
+            ),
+        )
+        .await;
     }
     let kind = update
         .spec
@@ -340,9 +423,242 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
             Ok(Action::await_change())
         }
         Progress::Succeeded { .. } | Progress::Failed { .. } => Ok(Action::await_change()),
-        // Re-check waiting pods (image pulls) even without an event.
+        // Re-check waiting pods (image pulls, pods that do not start) even without an event.
         Progress::Running { .. } => Ok(Action::requeue(Duration::from_secs(
             STUCK_AFTER_SECONDS as u64 / 4,
         ))),
     }
+}
+
+fn owned_by_job(pod: &Pod, job: &Job) -> bool {
+    let uid = job.uid().unwrap_or_default();
+    pod.owner_references().iter().any(|o| o.uid == uid)
+}
+
+/// The newest Warning Event about what keeps the operation from starting: the Job when it
+/// has no pod (FailedCreate: a missing ServiceAccount, a quota, Pod Security), else the pod
+/// (FailedMount, FailedScheduling, ...). Read only for an operation that has not started.
+async fn latest_warning(
+    ctx: &Context,
+    ns: &str,
+    waiting: &NotStarted,
+    job: &Job,
+    pods: &[&Pod],
+) -> Option<(String, String)> {
+    let uid = match &waiting.pod {
+        None => job.uid(),
+        Some(name) => pods
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+            .and_then(|p| p.uid()),
+    }?;
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(ctx.client.clone(), ns);
+    let params =
+        kube::api::ListParams::default().fields(&format!("involvedObject.uid={uid},type=Warning"));
+    match events.list(&params).await {
+        Ok(list) => list
+            .items
+            .into_iter()
+            .max_by_key(|e| {
+                e.last_timestamp
+                    .as_ref()
+                    .map(|t| t.0)
+                    .or(e.event_time.as_ref().map(|t| t.0))
+            })
+            .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default())),
+        Err(e) => {
+            warn!("cannot read the events of the operation's Job or pod: {e}");
+            None
+        }
+    }
+}
+
+enum Started {
+    /// The Job exists now.
+    Job,
+    /// Nothing more to do in this reconcile.
+    Done(Action),
+}
+
+/// Creates the operation's objects (program ConfigMap, plan Secret, Job) from its Workspace.
+async fn start(
+    update: &Update,
+    ctx: &Context,
+    ns: &str,
+    api: &Api<Update>,
+    now: &Time,
+) -> Result<Started> {
+    let name = update.name_any();
+    let ws_name = update.spec.workspace_name.clone().unwrap_or_default();
+    let Some(ws) = ctx
+        .stores
+        .workspaces
+        .get(&ObjectRef::new(&ws_name).within(ns))
+        .filter(|w| w.metadata.deletion_timestamp.is_none())
+    else {
+        let waited = jiff::Timestamp::now()
+            .duration_since(
+                update
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0)
+                    .unwrap_or_else(jiff::Timestamp::now),
+            )
+            .as_secs();
+        if waited >= WORKSPACE_WAIT_SECONDS {
+            let message = format!(
+                "the Workspace {ws_name:?} does not exist (deleted before the operation started); \
+                 the stack re-creates it and runs the operation again"
+            );
+            return fail_before_start(
+                ctx,
+                api,
+                update,
+                names::UPDATE_REASON_WORKSPACE_NOT_FOUND,
+                message,
+                now,
+            )
+            .await
+            .map(Started::Done);
+        }
+        let progress = Progress::Running {
+            message: format!("waiting for the Workspace {ws_name:?}"),
+        };
+        let mut status = status_for(update, &progress, None, now);
+        if let Some(c) = status.conditions.as_mut().and_then(|c| c.first_mut()) {
+            c.status = names::STATUS_FALSE.into();
+            c.reason = names::UPDATE_REASON_WORKSPACE_NOT_FOUND.into();
+        }
+        if Some(&status) != update.status.as_ref() {
+            write_status(api, &name, &status).await?;
+        }
+        return Ok(Started::Done(Action::requeue(Duration::from_secs(10))));
+    };
+    let wanted_generation = update
+        .annotations()
+        .get(crate::stack::objects::WORKSPACE_GENERATION_ANNOTATION)
+        .and_then(|g| g.parse::<i64>().ok())
+        .unwrap_or(0);
+    if ws.metadata.generation.unwrap_or(0) < wanted_generation {
+        // The cache has not seen the Workspace this Update was made for yet; its watch event
+        // triggers this reconcile again.
+        return Ok(Started::Done(Action::requeue(Duration::from_secs(1))));
+    }
+    let plan = match build_plan(update, &ws) {
+        Ok(p) => p,
+        Err(message) => {
+            return fail_before_start(ctx, api, update, "InvalidUpdate", message, now)
+                .await
+                .map(Started::Done);
+        }
+    };
+    let program = matches!(plan.source, Some(Source::Program { .. }));
+    let mut objects: Vec<Created> = Vec::new();
+    if program {
+        let url = ws
+            .spec
+            .flux
+            .as_ref()
+            .and_then(|f| f.url.clone())
+            .unwrap_or_default();
+        let program_name = url
+            .trim_start_matches(PROGRAM_SCHEME)
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let found = match ctx
+            .stores
+            .programs
+            .get(&ObjectRef::new(&program_name).within(ns))
+        {
+            Some(p) => Some((*p).clone()),
+            // The cache may not have a Program created a moment ago: ask before failing.
+            None => {
+                Api::<pulumi_operator_api::Program>::namespaced(ctx.client.clone(), ns)
+                    .get_opt(&program_name)
+                    .await?
+            }
+        };
+        let Some(p) = found else {
+            let message = format!("the Program {program_name:?} does not exist");
+            return fail_before_start(ctx, api, update, "SourceUnavailable", message, now)
+                .await
+                .map(Started::Done);
+        };
+        let rendered = render_project(&p.name_any(), p.spec.program.as_ref())?;
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": program_config_map_name(&name), "namespace": ns, "labels": job_labels(update),
+                         "ownerReferences": [update.controller_owner_ref(&())]},
+            "immutable": true,
+            "data": {"Pulumi.yaml": rendered},
+        }))?;
+        objects.push(
+            create_owned(
+                &Api::<ConfigMap>::namespaced(ctx.client.clone(), ns),
+                &cm,
+                update,
+            )
+            .await?,
+        );
+    }
+    objects.push(
+        create_owned(
+            &Api::<Secret>::namespaced(ctx.client.clone(), ns),
+            &build_plan_secret(update, &plan)?,
+            update,
+        )
+        .await?,
+    );
+    if let Some(done) = blocked_or_rejected(ctx, api, update, &objects, now).await? {
+        return Ok(Started::Done(done));
+    }
+    let cfg = JobConfig {
+        runner_image: ctx.config.runner_image.clone(),
+        runner_pull_policy: ctx.config.runner_image_pull_policy.clone(),
+    };
+    let job = build_job(update, &ws, &cfg, program)?;
+    let created = create_owned(
+        &Api::<Job>::namespaced(ctx.client.clone(), ns),
+        &job,
+        update,
+    )
+    .await?;
+    if let Some(done) = blocked_or_rejected(ctx, api, update, &[created], now).await? {
+        return Ok(Started::Done(done));
+    }
+    info!(job = %name, "job created");
+    Ok(Started::Job)
+}
+
+/// Ends this reconcile when an object could not be created: a leftover is waited for, a
+/// refusal fails the Update with the API server's message.
+async fn blocked_or_rejected(
+    ctx: &Context,
+    api: &Api<Update>,
+    update: &Update,
+    created: &[Created],
+    now: &Time,
+) -> Result<Option<Action>> {
+    for c in created {
+        match c {
+            Created::Ready => {}
+            Created::Blocked(name) => {
+                info!(object = %name, "waiting for a leftover of an earlier Update to be deleted");
+                return Ok(Some(Action::requeue(LEFTOVER_RETRY)));
+            }
+            Created::Rejected(message) => {
+                let message = format!(
+                    "the API server refused the operation's objects: {message}; fix the Stack's \
+                     spec (often spec.workspaceTemplate or spec.updateTemplate)"
+                );
+                return fail_before_start(ctx, api, update, "InvalidUpdate", message, now)
+                    .await
+                    .map(Some);
+            }
+        }
+    }
+    Ok(None)
 }

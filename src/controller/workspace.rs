@@ -16,7 +16,7 @@
 //! A Workspace without an owning Stack is a template only (as with `Delete`). Everything is
 //! read from watch caches; a write happens only when something must change.
 
-use crate::context::{Context, FIELD_MANAGER};
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::update::job::JobConfig;
 use crate::workspace::statefulset::{
@@ -298,7 +298,7 @@ pub async fn reconcile(
         let patch = serde_json::json!({"apiVersion": "auto.pulumi.com/v1alpha1", "kind": "Workspace", "status": status});
         api.patch_status(
             &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
+            &PatchParams::apply(names::FIELD_MANAGER_WORKSPACE_STATUS).force(),
             &Patch::Apply(&patch),
         )
         .await?;
@@ -463,7 +463,7 @@ async fn retain(
         .and_then(|s| s.annotations().get(APPLIED_HASH_ANNOTATION).cloned());
     let sts_api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), ns);
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let pp = PatchParams::apply(names::FIELD_MANAGER).force();
     let mut current = live.as_deref().cloned();
     if applied.as_deref() != Some(desired.hash.as_str()) {
         let sts_name = statefulset_name(&ws.name_any());

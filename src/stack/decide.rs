@@ -52,11 +52,12 @@ pub fn resync_period(spec: &StackSpec, limits: &Limits) -> Duration {
     Duration::from_secs(requested.max(0) as u64).max(limits.min_resync)
 }
 
-/// The wait before retry `n` (the number of consecutive failures so far, ≥ 1):
-/// 10 s × 3^(n−1), capped by `retryMaxBackoffDurationSeconds` (default 1 hour).
+/// The wait before the next attempt after a failure, PKO's `cooldown`: 10 s × 3^failures
+/// (`lastUpdate.failures` counts from 0 at a new generation), capped by
+/// `retryMaxBackoffDurationSeconds` (default 1 hour).
 pub fn backoff(spec: &StackSpec, failures: i64) -> Duration {
     let cap = spec.retry_max_backoff_seconds().max(1) as u64;
-    let exponent = (failures - 1).clamp(0, 20) as u32;
+    let exponent = failures.clamp(0, 20) as u32;
     let secs = 10u64.saturating_mul(3u64.saturating_pow(exponent));
     Duration::from_secs(secs.min(cap))
 }
@@ -322,9 +323,9 @@ mod tests {
     fn retries_back_off_then_stall_until_something_changes() {
         let s = spec();
         let l = Limits::default();
-        assert_eq!(backoff(&s, 1), Duration::from_secs(10));
-        assert_eq!(backoff(&s, 2), Duration::from_secs(30));
-        assert_eq!(backoff(&s, 5), Duration::from_secs(810));
+        assert_eq!(backoff(&s, 0), Duration::from_secs(10));
+        assert_eq!(backoff(&s, 1), Duration::from_secs(30));
+        assert_eq!(backoff(&s, 4), Duration::from_secs(810));
         assert_eq!(
             backoff(&s, 9),
             Duration::from_secs(3600),
@@ -334,14 +335,14 @@ mod tests {
         capped.retry_max_backoff_duration_seconds = Some(20);
         assert_eq!(backoff(&capped, 3), Duration::from_secs(20));
 
-        let cooling = last(StackUpdateStateMessage::Failed, "a", 2, 5);
+        let cooling = last(StackUpdateStateMessage::Failed, "a", 1, 5);
         assert_eq!(
             decide(&s, Some(&cooling), &obs("a"), &l),
             Decision::Synced {
                 requeue: Some(Duration::from_secs(26))
             }
         );
-        let early = last(StackUpdateStateMessage::Failed, "a", 2, 30);
+        let early = last(StackUpdateStateMessage::Failed, "a", 1, 30);
         assert!(
             matches!(
                 decide(&s, Some(&early), &obs("a"), &l),
@@ -349,7 +350,7 @@ mod tests {
             ),
             "a retry never comes early"
         );
-        let due = last(StackUpdateStateMessage::Failed, "a", 2, 31);
+        let due = last(StackUpdateStateMessage::Failed, "a", 1, 31);
         assert_eq!(
             reason(decide(&s, Some(&due), &obs("a"), &l)),
             "Backoff time elapsed: 30s"

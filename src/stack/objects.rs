@@ -22,6 +22,11 @@ pub const EXPECT_NO_REFRESH_CHANGES_ANNOTATION: &str = "pulumi.com/expect-no-ref
 /// The generation of the Workspace an Update was created against: its Job is built from that
 /// Workspace or a newer one, never from an older cached copy.
 pub const WORKSPACE_GENERATION_ANNOTATION: &str = "pulumi.com/workspace-generation";
+/// What triggered an Update, recorded on it so that a Stack whose status lost track of it (a
+/// crash between creating it and writing `status.currentUpdate`) can adopt it.
+pub const TRIGGER_GENERATION_ANNOTATION: &str = "pulumi.com/stack-generation";
+pub const TRIGGER_REQUEST_ANNOTATION: &str = "pulumi.com/stack-reconcile-request";
+pub const TRIGGER_REVISION_ANNOTATION: &str = "pulumi.com/stack-revision";
 /// Program sources are referenced from the Workspace with this URL scheme.
 pub const PROGRAM_SCHEME: &str = "program://";
 
@@ -280,7 +285,6 @@ pub fn build_workspace(stack: &Stack, source: &ResolvedSource) -> Workspace {
         git,
         flux,
         env: (!env.is_empty()).then_some(env),
-        env_from: (!env_from.is_empty()).then_some(env_from),
         pod_template,
         pulumi_log_level: spec.effective_pulumi_log_level(),
         stacks: Some(vec![WorkspaceStack {
@@ -318,6 +322,14 @@ pub fn build_workspace(stack: &Stack, source: &ResolvedSource) -> Workspace {
                 metadata.annotations = Some(a.clone());
             }
         }
+    }
+    // PKO appends `envs` and `envSecrets` after the template is merged (`SetEnvs`), so a
+    // template's envFrom comes first and does not replace them.
+    if !env_from.is_empty() {
+        ws_spec
+            .env_from
+            .get_or_insert_with(Vec::new)
+            .extend(env_from);
     }
     if let Some((k, v)) = crate::source::auth::workspace_annotations(stack) {
         metadata
@@ -380,6 +392,17 @@ pub fn update_name(stack: &Stack, kind: &UpdateType, revision: &str) -> String {
     format!("{}-{hex}", stack.name_any())
 }
 
+/// The trigger recorded on an Update by `build_update`, as `status.currentUpdate`.
+pub fn trigger_of(update: &Update) -> pulumi_operator_api::CurrentStackUpdate {
+    let get = |k: &str| update.annotations().get(k).cloned();
+    pulumi_operator_api::CurrentStackUpdate {
+        name: update.metadata.name.clone(),
+        generation: get(TRIGGER_GENERATION_ANNOTATION).and_then(|g| g.parse().ok()),
+        reconcile_request: get(TRIGGER_REQUEST_ANNOTATION),
+        commit: get(TRIGGER_REVISION_ANNOTATION),
+    }
+}
+
 /// The Update for a due operation (PKO's `newUp` / `newDestroy`), with `updateTemplate` on top.
 pub fn build_update(stack: &Stack, kind: UpdateType, reason: &str, revision: &str) -> Update {
     let spec = &stack.spec;
@@ -401,7 +424,24 @@ pub fn build_update(stack: &Stack, kind: UpdateType, reason: &str, revision: &st
         update_spec.target_dependents = Some(spec.target_dependents);
         update_spec.refresh = Some(spec.refresh);
     }
-    let mut annotations = BTreeMap::new();
+    let mut annotations = BTreeMap::from([
+        (
+            TRIGGER_GENERATION_ANNOTATION.to_string(),
+            stack.metadata.generation.unwrap_or(0).to_string(),
+        ),
+        (
+            TRIGGER_REQUEST_ANNOTATION.to_string(),
+            stack
+                .annotations()
+                .get(names::RECONCILIATION_REQUEST_ANNOTATION)
+                .cloned()
+                .unwrap_or_default(),
+        ),
+        (
+            TRIGGER_REVISION_ANNOTATION.to_string(),
+            revision.to_string(),
+        ),
+    ]);
     if spec.retry_on_update_conflict {
         annotations.insert(RETRY_ON_CONFLICT_ANNOTATION.to_string(), "true".to_string());
     }
@@ -416,8 +456,10 @@ pub fn build_update(stack: &Stack, kind: UpdateType, reason: &str, revision: &st
             name: Some(name),
             namespace: stack.namespace(),
             labels: Some(labels(&stack.name_any())),
-            annotations: (!annotations.is_empty()).then_some(annotations),
+            annotations: Some(annotations),
             owner_references: controller_ref(stack).map(|o| vec![o]),
+            // Held until the Stack has absorbed the result (src/stack/inflight.rs).
+            finalizers: Some(vec![names::FINALIZER.to_string()]),
             ..Default::default()
         },
         spec: update_spec,
@@ -467,6 +509,30 @@ mod tests {
         });
         crate::merge::merge(&mut base, &json!({"spec": extra}));
         serde_json::from_value(base).unwrap()
+    }
+
+    #[test]
+    fn envs_and_env_secrets_are_appended_after_a_template_env_from() {
+        let s = stack(json!({
+            "projectRepo": "https://git.example/app.git", "commit": "a".repeat(40),
+            "envs": ["cm-env"], "envSecrets": ["sec-env"],
+            "workspaceTemplate": {"spec": {"envFrom": [{"configMapRef": {"name": "from-template"}}]}}
+        }));
+        let ws = build_workspace(&s, &ResolvedSource::None);
+        let names: Vec<String> = ws
+            .spec
+            .env_from
+            .unwrap()
+            .iter()
+            .map(|e| {
+                e.config_map_ref
+                    .as_ref()
+                    .map(|c| c.name.clone())
+                    .or(e.secret_ref.as_ref().map(|s| s.name.clone()))
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(names, vec!["from-template", "cm-env", "sec-env"]);
     }
 
     #[test]

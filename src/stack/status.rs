@@ -225,8 +225,9 @@ fn update_condition<'a>(update: &'a Update, kind: &str) -> Option<&'a Condition>
 
 /// Folds a finished Update into the status (PKO's `markStackFailed` / `markStackSucceeded`):
 /// `lastUpdate`, `outputs` (success only; stale values are kept, as in PKO), `projectInfo`, and
-/// clears `currentUpdate`. The failure count is the number of consecutive failures at the same
-/// generation and reconcile request (the first failure is 1).
+/// clears `currentUpdate`. The failure count follows PKO: the previous count plus one when the
+/// previous result was at the same generation and reconcile request, else 0; so a new
+/// generation gets attempts at 0, 1, 2 and a fourth failure stalls it at 3.
 pub fn absorb(
     status: &mut StackStatus,
     update: &Update,
@@ -251,13 +252,13 @@ pub fn absorb(
         ..Default::default()
     };
     if update_failed(update) {
-        let same_trigger = previous.state == Some(StackUpdateStateMessage::Failed)
+        let same_trigger = previous.name.is_some()
             && previous.generation == generation
             && previous.reconcile_request.as_deref().unwrap_or("") == request;
         let failures = if same_trigger {
             previous.failures.unwrap_or(0) + 1
         } else {
-            1
+            0
         };
         status.last_update = Some(StackUpdateState {
             state: Some(StackUpdateStateMessage::Failed),
@@ -352,13 +353,13 @@ mod tests {
     }
 
     #[test]
-    fn consecutive_failures_count_and_stall_at_three() {
+    fn consecutive_failures_count_from_zero_and_stall_after_the_fourth() {
         let mut st = running("abc");
         st.last_update = Some(StackUpdateState {
             last_successful_commit: Some("old".into()),
             ..Default::default()
         });
-        for n in 1..=3 {
+        for n in 0..=3 {
             absorb(
                 &mut st,
                 &finished(&format!("s-{n}"), true, "boom"),
@@ -396,13 +397,16 @@ mod tests {
             .unwrap();
         assert_eq!(
             (rec.reason.as_str(), rec.message.as_str()),
-            ("RetryingAfterFailure", "1 update failure(s)")
+            ("RetryingAfterFailure", "0 update failure(s)")
         );
+        st.current_update = running("abc").current_update;
+        absorb(&mut st, &finished("s-2", true, "boom"), None, &now());
+        assert_eq!(st.last_update.as_ref().unwrap().failures, Some(1));
         let mut next = running("abc");
         next.current_update.as_mut().unwrap().generation = Some(5);
         st.current_update = next.current_update;
-        absorb(&mut st, &finished("s-2", true, "boom"), None, &now());
-        assert_eq!(st.last_update.as_ref().unwrap().failures, Some(1));
+        absorb(&mut st, &finished("s-3", true, "boom"), None, &now());
+        assert_eq!(st.last_update.as_ref().unwrap().failures, Some(0));
     }
 
     #[test]

@@ -136,7 +136,33 @@ pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, String> {
         outputs_secret: names::outputs_secret_name(&name),
         outputs_labels,
         pulumi_log_level: spec.pulumi_log_level.filter(|l| *l > 0),
+        lock_holder: Some(lock_holder(update)),
     })
+}
+
+/// The lock identity of an Update's operation: its pod's hostname, and the prefix shared by
+/// every operation of the same Stack (by the Stack's UID, so same-named Stacks in other
+/// namespaces or clusters sharing a backend never match).
+pub fn lock_holder(update: &Update) -> pulumi_operator_api::plan::LockHolder {
+    let stack_uid = update
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "Stack")
+        .map(|o| o.uid.clone())
+        .unwrap_or_else(|| update.uid().unwrap_or_default());
+    let short = |text: &str, n: usize| -> String {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(text.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()[..n]
+            .to_string()
+    };
+    let prefix = format!("pulumi-{}-", short(&stack_uid, 12));
+    pulumi_operator_api::plan::LockHolder {
+        hostname: format!("{prefix}{}", short(&update.name_any(), 10)),
+        stack_prefix: prefix,
+    }
 }
 
 /// Labels on the Job, its pod and the plan Secret.
@@ -335,6 +361,8 @@ pub fn build_job(
     }
     let mut pod_spec = json!({
         "restartPolicy": "Never",
+        // Pulumi records the hostname in the locks it takes (see `lock_holder`).
+        "hostname": lock_holder(update).hostname,
         "serviceAccountName": spec.service_account_name.clone().unwrap_or_else(|| names::DEFAULT_SERVICE_ACCOUNT.into()),
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "securityContext": pod_security,

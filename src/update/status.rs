@@ -207,7 +207,27 @@ pub fn progress(job: Option<&Job>, pods: &[&Pod], now: jiff::Timestamp) -> Progr
     let first_finished = outcomes
         .iter()
         .find(|o| !matches!(o, Progress::Running { .. }));
-    let outcome = deadline.or(first_finished).or(job_outcome.as_ref());
+    // A Job that completed while its pod is gone (deleted, node lost) took the runner's
+    // result with it: say so, so that the Stack runs the operation again.
+    let job_complete = job
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == "Complete" && c.status == "True")
+        });
+    let result_lost = (job_complete && pods.is_empty()).then(|| Progress::Failed {
+        reason: names::UPDATE_REASON_UNKNOWN.into(),
+        message: "the Job completed but its pod is gone, so the operation's result is unknown;                   the stack runs it again"
+            .into(),
+        result: None,
+        end: None,
+    });
+    let outcome = deadline
+        .or(first_finished)
+        .or(job_outcome.as_ref())
+        .or(result_lost.as_ref());
     match (outcome, busy) {
         (Some(_), Some(pod)) => Progress::Running {
             message: format!(
@@ -219,6 +239,105 @@ pub fn progress(job: Option<&Job>, pods: &[&Pod], now: jiff::Timestamp) -> Progr
         (None, _) => outcomes.last().cloned().unwrap_or(Progress::Running {
             message: "waiting for the Job's pod".into(),
         }),
+    }
+}
+
+/// An operation that may never start: its Job has no pod, or its pod has not started any
+/// container, for `seconds`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NotStarted {
+    /// `None`: the Job has no pod (pod creation fails: the reason is an Event on the Job);
+    /// else the pod that does not start (the reason is an Event on the pod).
+    pub pod: Option<String>,
+    pub seconds: i64,
+}
+
+/// With a Warning Event saying why, an operation that has not started after this long fails.
+pub const NOT_STARTED_WITH_WARNING_SECONDS: i64 = 120;
+/// Without any explanation (a very slow image pull, say), after this long.
+pub const NOT_STARTED_SECONDS: i64 = 600;
+
+/// Whether the operation is still waiting to start (pure; `None` once any container ran).
+pub fn not_started(job: &Job, pods: &[&Pod], now: jiff::Timestamp) -> Option<NotStarted> {
+    let finished = job
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter().any(|c| {
+                ["Complete", "Failed", "FailureTarget", "SuccessCriteriaMet"]
+                    .contains(&c.type_.as_str())
+                    && c.status == "True"
+            })
+        });
+    if finished {
+        return None;
+    }
+    let live: Vec<&&Pod> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    if live.is_empty() {
+        if !pods.is_empty() {
+            return None; // a pod is stopping; the Job replaces it or ends
+        }
+        return Some(NotStarted {
+            pod: None,
+            seconds: seconds_since(job.metadata.creation_timestamp.as_ref(), now),
+        });
+    }
+    let newest = live
+        .iter()
+        .max_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0))?;
+    let status = newest.status.clone().unwrap_or_default();
+    let started = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .any(|c| {
+            c.state
+                .as_ref()
+                .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+                || c.last_state
+                    .as_ref()
+                    .is_some_and(|s| s.terminated.is_some())
+        });
+    if started || matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+        return None;
+    }
+    Some(NotStarted {
+        pod: newest.metadata.name.clone(),
+        seconds: seconds_since(newest.metadata.creation_timestamp.as_ref(), now),
+    })
+}
+
+/// The failure of an operation that did not start, if its time is up. `warning` is the latest
+/// Warning Event about the Job (no pod) or the pod: (reason, message).
+pub fn start_failure(waiting: &NotStarted, warning: Option<(String, String)>) -> Option<Progress> {
+    let subject = match &waiting.pod {
+        None => "the operation's pod could not be created".to_string(),
+        Some(p) => format!("the operation's pod {p} did not start"),
+    };
+    match warning {
+        Some((reason, message)) if waiting.seconds >= NOT_STARTED_WITH_WARNING_SECONDS => {
+            Some(Progress::Failed {
+                reason: reason.clone(),
+                message: format!("{subject} in {}s: {reason}: {message}", waiting.seconds),
+                result: None,
+                end: None,
+            })
+        }
+        _ if waiting.seconds >= NOT_STARTED_SECONDS => Some(Progress::Failed {
+            reason: "StartTimeout".into(),
+            message: format!(
+                "{subject} in {}s and Kubernetes gave no reason (see kubectl describe)",
+                waiting.seconds
+            ),
+            result: None,
+            end: None,
+        }),
+        _ => None,
     }
 }
 
@@ -425,6 +544,78 @@ mod tests {
         json!({"name": name, "image": "i", "imageID": "", "ready": false, "restartCount": 0,
                "state": {"terminated": {"exitCode": code, "reason": reason, "message": message,
                                         "finishedAt": "2026-01-01T00:05:00Z"}}})
+    }
+
+    fn pending_pod(created: &str, waiting: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "u-abc", "creationTimestamp": created},
+            "status": {"phase": "Pending", "containerStatuses": [{"name": "pulumi", "image": "i", "imageID": "",
+                "ready": false, "restartCount": 0, "state": {"waiting": {"reason": waiting}}}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_operation_that_never_starts_fails_in_bounded_time_with_the_reason() {
+        let mut j = job(json!([]));
+        j.metadata.creation_timestamp = Some(Time("2026-01-01T00:09:00Z".parse().unwrap()));
+        let none = not_started(&j, &[], now()).unwrap();
+        assert_eq!(
+            none,
+            NotStarted {
+                pod: None,
+                seconds: 60
+            }
+        );
+        let warning = Some((
+            "FailedCreate".to_string(),
+            "serviceaccount \"typo\" not found".to_string(),
+        ));
+        assert_eq!(start_failure(&none, warning.clone()), None, "too early");
+        j.metadata.creation_timestamp = Some(Time("2026-01-01T00:07:00Z".parse().unwrap()));
+        let none = not_started(&j, &[], now()).unwrap();
+        match start_failure(&none, warning) {
+            Some(Progress::Failed {
+                reason, message, ..
+            }) => {
+                assert_eq!(reason, "FailedCreate");
+                assert!(
+                    message.contains("could not be created in 180s") && message.contains("typo"),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // A pod stuck in ContainerCreating: no reason yet → waits up to the long deadline.
+        let stuck = pending_pod("2026-01-01T00:05:00Z", "ContainerCreating");
+        let w = not_started(&j, &[&stuck], now()).unwrap();
+        assert_eq!(w.pod.as_deref(), Some("u-abc"));
+        assert_eq!(start_failure(&w, None), None);
+        let old = pending_pod("2026-01-01T00:00:00Z", "ContainerCreating");
+        let w = not_started(&j, &[&old], now()).unwrap();
+        assert!(
+            matches!(start_failure(&w, None), Some(Progress::Failed { reason, .. }) if reason == "StartTimeout")
+        );
+        // Once a container ran, it has started.
+        let ran = pod(json!({"phase": "Running", "containerStatuses": [
+            {"name": "pulumi", "image": "i", "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}}}]}));
+        assert_eq!(not_started(&j, &[&ran], now()), None);
+        let done = job(json!([{"type": "Complete", "status": "True"}]));
+        assert_eq!(not_started(&done, &[], now()), None);
+    }
+
+    #[test]
+    fn a_completed_job_without_its_pod_has_lost_the_result() {
+        let done = job(json!([{"type": "Complete", "status": "True"}]));
+        match progress(Some(&done), &[], now()) {
+            Progress::Failed {
+                reason, message, ..
+            } => {
+                assert_eq!(reason, "Unknown");
+                assert!(message.contains("result is unknown"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

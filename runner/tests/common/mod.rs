@@ -259,6 +259,7 @@ pub fn plan(operation: Operation, source: Option<Source>) -> RunPlan {
         outputs_secret: "st-up-1-stack-outputs".into(),
         outputs_labels: Default::default(),
         pulumi_log_level: None,
+        lock_holder: None,
     }
 }
 

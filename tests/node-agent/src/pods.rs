@@ -356,6 +356,43 @@ impl Agent {
         !slept || rx.borrow().is_some()
     }
 
+    /// A Warning event on the pod, as the kubelet records one (best effort).
+    async fn warn_event(&self, pod: &Pod, reason: &str, message: &str) {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let now = Time(jiff::Timestamp::now());
+        let event = k8s_openapi::api::core::v1::Event {
+            metadata: kube::api::ObjectMeta {
+                generate_name: Some(format!("{name}.")),
+                namespace: Some(ns.clone()),
+                ..Default::default()
+            },
+            involved_object: k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(name),
+                namespace: Some(ns.clone()),
+                uid: pod.metadata.uid.clone(),
+                ..Default::default()
+            },
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            type_: Some("Warning".into()),
+            count: Some(1),
+            first_timestamp: Some(now.clone()),
+            last_timestamp: Some(now),
+            source: Some(k8s_openapi::api::core::v1::EventSource {
+                component: Some("kubelet".into()),
+                host: None,
+            }),
+            ..Default::default()
+        };
+        let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(self.client.clone(), &ns);
+        if let Err(e) = api.create(&Default::default(), &event).await {
+            warn!("cannot record event {reason}: {e}");
+        }
+    }
+
     fn deleting(handle: &PodHandle) -> bool {
         handle.deletion.borrow().is_some()
     }
@@ -374,6 +411,7 @@ impl Agent {
             .unwrap_or_default();
 
         // Volumes: retried until they can be set up, as the kubelet does.
+        let mut last_mount_error: Option<String> = None;
         let volumes = loop {
             let attempt = async {
                 let objects = Objects::fetch(&self.client, pod).await?;
@@ -392,10 +430,16 @@ impl Agent {
                 Ok(v) => break v,
                 Err(message) => {
                     warn!(pod = %format!("{}/{}", handle.namespace, handle.name), "volume setup: {message}");
+                    // As the kubelet: the container waits in ContainerCreating without a
+                    // message; the reason is a FailedMount Warning event on the pod.
                     if let Ok(mut rt) = handle.runtime.lock() {
                         for c in rt.main.iter_mut() {
-                            c.state = waiting("ContainerCreating", Some(message.clone()));
+                            c.state = waiting("ContainerCreating", None);
                         }
+                    }
+                    if last_mount_error.as_deref() != Some(message.as_str()) {
+                        self.warn_event(pod, "FailedMount", &message).await;
+                        last_mount_error = Some(message.clone());
                     }
                     self.publish(handle, pod).await;
                     if self.sleep_or_deleted(handle, Duration::from_secs(2)).await {
@@ -850,7 +894,13 @@ impl Agent {
         Ok((
             ProcessSpec {
                 argv,
-                hostname: handle.name.clone(),
+                // As the kubelet: spec.hostname when set, else the pod's name.
+                hostname: pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.hostname.clone())
+                    .filter(|h| !h.is_empty())
+                    .unwrap_or_else(|| handle.name.clone()),
                 cgroup_procs: None,
                 env,
                 working_dir: c.working_dir.clone(),

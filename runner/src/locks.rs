@@ -1,0 +1,105 @@
+//! Stale locks of our own making (pure). A DIY backend's lock error lists each lock as
+//! `<url>: created by <user>@<host> (pid <n>) at <time>`. A lock whose host carries this
+//! Stack's prefix (`LockHolder::stack_prefix`) and is not this operation was taken by an
+//! earlier operation of the same Stack, and the operator never runs two at once: its pod is
+//! gone (SIGKILL after the grace period, OOM, a lost node), so the lock is stale. A lock held
+//! by any other host (a person's laptop, CI, another cluster) is never touched.
+
+use pulumi_operator_api::plan::LockHolder;
+
+/// The locks the error lists: (`user@host (pid n) at time`, host).
+pub fn holders(error_text: &str) -> Vec<(String, String)> {
+    error_text
+        .lines()
+        .filter_map(|line| {
+            let (_, who) = line.split_once(": created by ")?;
+            let who = who.trim();
+            let (user_host, _) = who.split_once(" (pid ")?;
+            let host = user_host.rsplit_once('@').map_or(user_host, |(_, h)| h);
+            Some((who.to_string(), host.to_string()))
+        })
+        .collect()
+}
+
+/// The locks to clear, if every lock in a "currently locked" error is a stale one of this
+/// Stack; `None` when there is none or any lock is someone else's.
+pub fn stale(error_text: &str, me: &LockHolder) -> Option<Vec<String>> {
+    if !error_text.contains("the stack is currently locked by") || me.stack_prefix.is_empty() {
+        return None;
+    }
+    let locks = holders(error_text);
+    let all_ours = !locks.is_empty()
+        && locks
+            .iter()
+            .all(|(_, host)| host.starts_with(&me.stack_prefix) && *host != me.hostname);
+    all_ours.then(|| locks.into_iter().map(|(who, _)| who).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn me() -> LockHolder {
+        LockHolder {
+            hostname: "pulumi-aaaaaaaaaaaa-2222222222".into(),
+            stack_prefix: "pulumi-aaaaaaaaaaaa-".into(),
+        }
+    }
+
+    fn error(hosts: &[&str]) -> String {
+        let mut text = format!(
+            "error: the stack is currently locked by {} lock(s). Either wait for the other process(es) to end or delete the lock file with `pulumi cancel`.",
+            hosts.len()
+        );
+        for (i, h) in hosts.iter().enumerate() {
+            text.push_str(&format!(
+                "\n  file:///state/.pulumi/locks/organization/p/dev/{i}.json: created by pulumi@{h} (pid 12) at 2026-01-01T00:00:00Z"
+            ));
+        }
+        text
+    }
+
+    #[test]
+    fn a_lock_of_an_earlier_operation_of_this_stack_is_stale() {
+        assert_eq!(
+            stale(&error(&["pulumi-aaaaaaaaaaaa-1111111111"]), &me()),
+            Some(vec![
+                "pulumi@pulumi-aaaaaaaaaaaa-1111111111 (pid 12) at 2026-01-01T00:00:00Z".into()
+            ])
+        );
+    }
+
+    #[test]
+    fn anyone_elses_lock_is_never_touched() {
+        // Another Stack (same name elsewhere: another UID), a laptop, this very operation.
+        assert_eq!(
+            stale(&error(&["pulumi-bbbbbbbbbbbb-1111111111"]), &me()),
+            None
+        );
+        assert_eq!(stale(&error(&["alice-laptop"]), &me()), None);
+        assert_eq!(
+            stale(&error(&["pulumi-aaaaaaaaaaaa-2222222222"]), &me()),
+            None
+        );
+        assert_eq!(
+            stale(
+                &error(&["pulumi-aaaaaaaaaaaa-1111111111", "ci-runner-7"]),
+                &me()
+            ),
+            None,
+            "one foreign lock among stale ones: hands off"
+        );
+        assert_eq!(
+            stale(
+                "error: [409] Conflict: Another update is currently in progress.",
+                &me()
+            ),
+            None
+        );
+        let no_prefix = LockHolder::default();
+        assert_eq!(
+            stale(&error(&["pulumi-aaaaaaaaaaaa-1111111111"]), &no_prefix),
+            None
+        );
+    }
+}
