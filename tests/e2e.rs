@@ -9,7 +9,7 @@ use kube::api::ListParams;
 use kube::Api;
 use pulumi_operator_api::Stack;
 use std::time::{Duration, Instant};
-use test_support::{kubectl, wait_for, wait_until, StackFixture, TEST_PASSPHRASE};
+use test_support::{kubectl, sleeping_program, wait_until, StackFixture, TEST_PASSPHRASE};
 
 const T: Duration = Duration::from_secs(120);
 
@@ -39,12 +39,6 @@ resources:
       message: this program fails on purpose
 "#;
 
-fn sleeping(seconds: u32) -> String {
-    format!(
-        "name: e2e\nruntime: yaml\nresources:\n  nap:\n    type: standin:index:Sleep\n    properties:\n      seconds: {seconds}\n  rec:\n    type: standin:index:Record\n    properties:\n      value: rested\noutputs:\n  value: ${{rec.value}}\n"
-    )
-}
-
 type Fixture = StackFixture;
 
 fn condition(s: &Stack, kind: &str) -> Option<(String, String)> {
@@ -68,20 +62,6 @@ fn last_update_name(s: &Stack) -> String {
         .and_then(|x| x.last_update.as_ref())
         .and_then(|l| l.name.clone())
         .unwrap_or_default()
-}
-
-fn stack_jobs(f: &Fixture, stack: &str) -> Vec<String> {
-    let out = kubectl(&[
-        "-n",
-        f.ns(),
-        "get",
-        "jobs",
-        "-l",
-        &format!("pulumi.com/stack-name={stack}"),
-        "-o",
-        "name",
-    ]);
-    out.lines().map(str::to_string).collect()
 }
 
 /// a) A commit-pinned Stack becomes Ready; outputs reach status (secret masked) and the
@@ -262,10 +242,10 @@ async fn failures_back_off_then_stall_and_a_fix_recovers() {
         .unwrap_or_default()
         .contains("fails on purpose"));
     // Stalled means no more attempts.
-    let jobs_before = stack_jobs(&f, "app").len();
+    let jobs_before = f.stack_jobs("app").len();
     tokio::time::sleep(Duration::from_secs(8)).await;
     assert_eq!(
-        stack_jobs(&f, "app").len(),
+        f.stack_jobs("app").len(),
         jobs_before,
         "a stalled stack must not retry"
     );
@@ -352,56 +332,17 @@ async fn destroy_on_finalize_destroys_and_releases_the_stack() {
     );
 }
 
-fn lock_files(f: &Fixture) -> usize {
-    let dir = f.sn.backend_dir.join(".pulumi/locks");
-    fn count(p: &std::path::Path) -> usize {
-        std::fs::read_dir(p)
-            .map(|rd| {
-                rd.flatten()
-                    .map(|e| {
-                        if e.path().is_dir() {
-                            count(&e.path())
-                        } else {
-                            1
-                        }
-                    })
-                    .sum()
-            })
-            .unwrap_or(0)
-    }
-    count(&dir)
-}
-
-async fn running_runner_pod(f: &Fixture) -> Pod {
-    let pods: Api<Pod> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
-    wait_for(T, "the pulumi container to run", || async {
-        let list = pods
-            .list(&ListParams::default().labels("pulumi.com/stack-name=app"))
-            .await
-            .ok()?;
-        list.items.into_iter().find(|p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref())
-                .is_some_and(|cs| {
-                    cs.iter().any(|c| {
-                        c.name == "pulumi" && c.state.as_ref().is_some_and(|s| s.running.is_some())
-                    })
-                })
-        })
-    })
-    .await
-}
-
 /// f) Deleting the runner pod mid-update leaves no lock; the Update fails with a reason and
 /// the next attempt succeeds.
 #[tokio::test]
 async fn deleting_the_runner_pod_mid_update_leaves_no_lock() {
     let f = Fixture::new("podkill").await;
-    let sha = f.repo.commit(&[("Pulumi.yaml", &sleeping(8))], "slow");
+    let sha = f
+        .repo
+        .commit(&[("Pulumi.yaml", &sleeping_program(8))], "slow");
     f.sn.ns
         .apply(&f.stack_yaml("app", &format!("commit: {sha}"), ""));
-    let pod = running_runner_pod(&f).await;
+    let pod = f.running_runner_pod("app").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     kubectl(&[
         "-n",
@@ -438,7 +379,7 @@ async fn deleting_the_runner_pod_mid_update_leaves_no_lock() {
         !updates.is_empty(),
         "the Update's Failed condition has a reason"
     );
-    assert_eq!(lock_files(&f), 0, "the stack was left locked");
+    assert_eq!(f.lock_files(), 0, "the stack was left locked");
     let s = f.wait_stack("app", "the retry to succeed", ready).await;
     assert_eq!(s.status.unwrap().outputs.unwrap()["value"], "rested");
 }
@@ -447,10 +388,12 @@ async fn deleting_the_runner_pod_mid_update_leaves_no_lock() {
 #[tokio::test]
 async fn operator_restart_mid_update_reattaches() {
     let f = Fixture::new("opkill").await;
-    let sha = f.repo.commit(&[("Pulumi.yaml", &sleeping(10))], "slow");
+    let sha = f
+        .repo
+        .commit(&[("Pulumi.yaml", &sleeping_program(10))], "slow");
     f.sn.ns
         .apply(&f.stack_yaml("app", &format!("commit: {sha}"), ""));
-    running_runner_pod(&f).await;
+    f.running_runner_pod("app").await;
     kubectl(&[
         "-n",
         "pulumi-operator",
@@ -463,6 +406,6 @@ async fn operator_restart_mid_update_reattaches() {
     let s = f
         .wait_stack("app", "Ready after the operator restart", ready)
         .await;
-    assert_eq!(stack_jobs(&f, "app").len(), 1, "exactly one Job ran");
+    assert_eq!(f.stack_jobs("app").len(), 1, "exactly one Job ran");
     assert_eq!(s.status.unwrap().outputs.unwrap()["value"], "rested");
 }

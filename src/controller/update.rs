@@ -301,15 +301,53 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
     let api: Api<Update> = Api::namespaced(ctx.client.clone(), &ns);
     let now = Time(jiff::Timestamp::now());
     let deleting = update.metadata.deletion_timestamp.is_some();
-    let job = own_job(&ctx, &update, &ns);
-    if deleting && job.is_none() {
-        // Deleted before it started: it never will.
+    let mut job = own_job(&ctx, &update, &ns);
+    if job.is_none() {
+        // The cache may not have a Job created a moment ago: ask before concluding anything.
+        job = Api::<Job>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(&name)
+            .await?
+            .filter(|j| owned_by_update(j, &update))
+            .map(Arc::new);
+    }
+    let started = update
+        .status
+        .as_ref()
+        .is_some_and(|s| s.start_time.is_some());
+    if job.is_none() && (deleting || started) {
+        // Never a second Job for one Update: once its pods are gone, it ends here and the
+        // Stack decides whether to run the operation again.
+        if let Some(pod) = ctx.stores.pods.state().into_iter().find(|p| {
+            p.namespace().as_deref() == Some(ns.as_str())
+                && p.labels().get(names::UPDATE_NAME_LABEL) == Some(&name)
+                && !matches!(
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Succeeded" | "Failed")
+                )
+        }) {
+            let progress = Progress::Running {
+                message: format!(
+                    "the operation's Job was deleted; waiting for pod {} to stop",
+                    pod.name_any()
+                ),
+            };
+            let status = status_for(&update, &progress, None, &now);
+            if Some(&status) != update.status.as_ref() {
+                write_status(&api, &name, &status).await?;
+            }
+            return Ok(Action::requeue(LEFTOVER_RETRY));
+        }
+        let message = if started {
+            "the operation's Job was deleted before it finished; the stack runs the operation again"
+        } else {
+            "the Update was deleted before its operation started"
+        };
         return fail_before_start(
             &ctx,
             &api,
             &update,
             names::UPDATE_REASON_UPDATE_FAILED,
-            "the Update was deleted before its operation started".into(),
+            message.into(),
             &now,
         )
         .await;
@@ -317,7 +355,8 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
     let job = match job {
         Some(j) => Some(j),
         None => match start(&update, &ctx, &ns, &api, &now).await? {
-            Started::Job => own_job(&ctx, &update, &ns),
+            // The Job's events trigger the next reconcile.
+            Started::Job => return Ok(Action::await_change()),
             Started::Done(action) => return Ok(action),
         },
     };
@@ -342,9 +381,13 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         })
         .collect();
     let pod_refs: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
-    let start = job
-        .and_then(|j| j.status.as_ref())
-        .and_then(|s| s.start_time.clone());
+    // Never without a start once the Job exists (see `start`).
+    let start = job.and_then(|j| {
+        j.status
+            .as_ref()
+            .and_then(|s| s.start_time.clone())
+            .or_else(|| j.metadata.creation_timestamp.clone())
+    });
     if let Some(job) = job.filter(|j| should_stop_job(j, &pod_refs)) {
         stop_job(&ctx, &ns, job).await?;
     }
@@ -630,6 +673,16 @@ async fn start(
         return Ok(Started::Done(done));
     }
     info!(job = %name, "job created");
+    // `startTime` records that this Update has had a Job: it never gets a second one.
+    let starting = Progress::Running {
+        message: "starting the operation".into(),
+    };
+    write_status(
+        api,
+        &name,
+        &status_for(update, &starting, Some(now.clone()), now),
+    )
+    .await?;
     Ok(Started::Job)
 }
 

@@ -1061,3 +1061,121 @@ pub fn last_update(s: &pulumi_operator_api::Stack) -> pulumi_operator_api::Stack
         .and_then(|x| x.last_update)
         .unwrap_or_default()
 }
+
+/// A Pulumi YAML program (test provider plugins) that sleeps `seconds` in one resource, then
+/// records `rested`, exported as the output `value`: an operation that is still running a few
+/// seconds after it started.
+pub fn sleeping_program(seconds: u32) -> String {
+    format!(
+        "name: e2e\nruntime: yaml\nresources:\n  nap:\n    type: standin:index:Sleep\n    properties:\n      seconds: {seconds}\n  rec:\n    type: standin:index:Record\n    properties:\n      value: rested\noutputs:\n  value: ${{rec.value}}\n"
+    )
+}
+
+/// A pod whose `pulumi` container is running.
+pub fn pulumi_running(p: &k8s_openapi::api::core::v1::Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.name == "pulumi" && c.state.as_ref().is_some_and(|s| s.running.is_some())
+            })
+        })
+}
+
+impl StackFixture {
+    /// How many lock files the file backend holds (0: no stack is locked).
+    pub fn lock_files(&self) -> usize {
+        fn count(p: &std::path::Path) -> usize {
+            std::fs::read_dir(p)
+                .map(|rd| {
+                    rd.flatten()
+                        .map(|e| {
+                            if e.path().is_dir() {
+                                count(&e.path())
+                            } else {
+                                1
+                            }
+                        })
+                        .sum()
+                })
+                .unwrap_or(0)
+        }
+        count(&self.sn.backend_dir.join(".pulumi/locks"))
+    }
+
+    /// Waits for an operation pod of `stack` whose `pulumi` container runs.
+    pub async fn running_runner_pod(&self, stack: &str) -> k8s_openapi::api::core::v1::Pod {
+        let pods: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(self.sn.ns.client.clone(), self.ns());
+        let selector = format!("pulumi.com/stack-name={stack}");
+        wait_for(
+            Duration::from_secs(120),
+            "the pulumi container to run",
+            || async {
+                let list = pods
+                    .list(&kube::api::ListParams::default().labels(&selector))
+                    .await
+                    .ok()?;
+                list.items.into_iter().find(pulumi_running)
+            },
+        )
+        .await
+    }
+
+    /// The names of the Jobs of `stack` (one per operation still recorded).
+    pub fn stack_jobs(&self, stack: &str) -> Vec<String> {
+        kubectl(&[
+            "-n",
+            self.ns(),
+            "get",
+            "jobs",
+            "-l",
+            &format!("pulumi.com/stack-name={stack}"),
+            "-o",
+            "name",
+        ])
+        .lines()
+        .map(str::to_string)
+        .collect()
+    }
+}
+
+/// Kills the operator's process with SIGKILL (no shutdown of any kind) and waits until its
+/// container runs again. The node agent restarts the container in the same pod.
+pub async fn kill_operator() {
+    let state = |path: &str| {
+        kubectl(&[
+            "-n",
+            OPERATOR_NAMESPACE,
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/name=pulumi-operator",
+            "-o",
+            &format!(
+                "jsonpath={{.items[*].status.containerStatuses[?(@.name==\"operator\")].{path}}}"
+            ),
+        ])
+    };
+    let running = || !state("state.running.startedAt").trim().is_empty();
+    wait_until(Duration::from_secs(60), "the operator to run", || async {
+        running()
+    })
+    .await;
+    let before = state("restartCount");
+    let killed = std::process::Command::new("pkill")
+        .args(["-KILL", "-f", "target/debug/pulumi-operator( |$)"])
+        .status()
+        .expect("pkill");
+    assert!(killed.success(), "no operator process to kill");
+    wait_until(
+        Duration::from_secs(60),
+        "the operator container to restart",
+        || {
+            let before = before.clone();
+            async move { state("restartCount") != before && running() }
+        },
+    )
+    .await;
+}
