@@ -254,6 +254,20 @@ async fn use_local_stack_only_refuses_to_create_the_stack() {
         update_condition(&f, last(&s).name.as_deref().unwrap(), "Failed"),
         "StackNotFound"
     );
+    // Retrying cannot create the stack: stalled at once with PKO's WorkspaceFailed.
+    f.wait_stack("app", "Stalled WorkspaceFailed", |s| {
+        s.status
+            .as_ref()
+            .and_then(|x| x.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter().any(|c| {
+                    c.type_ == "Stalled"
+                        && c.reason == "WorkspaceFailed"
+                        && c.message.starts_with("StackNotFound: ")
+                })
+            })
+    })
+    .await;
     assert!(!state(&f).contains("standin:index:Record"));
 }
 

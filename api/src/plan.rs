@@ -250,6 +250,9 @@ pub enum FailureReason {
     StackNotFound,
     /// Another update holds the stack's lock (HTTP 409 / "conflict").
     UpdateConflict,
+    /// `pulumi install` (plugins, packages, dependencies) failed: retrying the same revision
+    /// cannot fix it (PKO's workspace `InstallationFailed`).
+    InstallationFailed,
     /// An earlier update was interrupted and left pending operations.
     PendingOperations,
     /// The program failed to compile or evaluate.
@@ -267,12 +270,19 @@ pub enum FailureReason {
 }
 
 impl FailureReason {
+    /// Failures of preparing the workspace that retrying the same spec and revision cannot
+    /// fix: the Stack stalls with PKO's `WorkspaceFailed` instead of retrying.
+    pub fn workspace_failure(reason: &str) -> bool {
+        matches!(reason, "InstallationFailed" | "StackNotFound")
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             FailureReason::SourceUnavailable => "SourceUnavailable",
             FailureReason::ConfigInvalid => "ConfigInvalid",
             FailureReason::StackNotFound => "StackNotFound",
             FailureReason::UpdateConflict => "UpdateConflict",
+            FailureReason::InstallationFailed => "InstallationFailed",
             FailureReason::PendingOperations => "PendingOperations",
             FailureReason::CompileError => "CompileError",
             FailureReason::ExpectedNoChanges => "ExpectedNoChanges",

@@ -140,7 +140,14 @@ pub async fn prepare(
     };
     let config_invocations = config::invocations(stack, &config_steps, version)?;
 
-    check(&runner.run(&pulumi::install()).await?, "install")?;
+    let install = runner.run(&pulumi::install()).await?;
+    if !install.success() {
+        let mut f = failure(&install, "install");
+        if f.reason != FailureReason::Interrupted {
+            f.reason = FailureReason::InstallationFailed;
+        }
+        return Err(f);
+    }
     select_stack(&runner, plan, opts).await?;
     if !plan.stack.environment.is_empty() {
         let listed = if version.is_none_or(|v| v >= Version::ENVIRONMENTS_LS) {

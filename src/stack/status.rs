@@ -149,7 +149,20 @@ pub fn mark_result(status: &mut StackStatus, generation: i64, now: &Time) {
         .as_ref()
         .map(|t| t.as_str().to_string())
         .unwrap_or_else(|| "update".into());
-    if failures >= names::MAX_UPDATE_FAILURES {
+    let workspace_failure = last.message.as_deref().and_then(|m| {
+        m.split_once(": ")
+            .filter(|(r, _)| pulumi_operator_api::plan::FailureReason::workspace_failure(r))
+            .map(|_| m.to_string())
+    });
+    if let Some(msg) = workspace_failure.filter(|_| failures >= names::MAX_UPDATE_FAILURES) {
+        mark_stalled(
+            status,
+            names::REASON_WORKSPACE_FAILED,
+            &msg,
+            generation,
+            now,
+        );
+    } else if failures >= names::MAX_UPDATE_FAILURES {
         let msg = format!(
             "{kind} failed {failures} times; not retrying until the spec or source changes"
         );
@@ -255,14 +268,23 @@ pub fn absorb(
         let same_trigger = previous.name.is_some()
             && previous.generation == generation
             && previous.reconcile_request.as_deref().unwrap_or("") == request;
-        let failures = if same_trigger {
+        let mut failures = if same_trigger {
             previous.failures.unwrap_or(0) + 1
         } else {
             0
         };
+        let mut message = update_status.message.clone().filter(|m| !m.is_empty());
+        let reason = update_condition(update, names::CONDITION_FAILED)
+            .map(|c| c.reason.clone())
+            .unwrap_or_default();
+        if pulumi_operator_api::plan::FailureReason::workspace_failure(&reason) {
+            // Retrying the same spec and revision cannot fix it (PKO: `WorkspaceFailed`).
+            failures = failures.max(names::MAX_UPDATE_FAILURES);
+            message = Some(format!("{reason}: {}", message.unwrap_or_default()));
+        }
         status.last_update = Some(StackUpdateState {
             state: Some(StackUpdateStateMessage::Failed),
-            message: update_status.message.clone().filter(|m| !m.is_empty()),
+            message,
             last_successful_commit: previous.last_successful_commit.clone(),
             failures: Some(failures),
             ..base
@@ -407,6 +429,31 @@ mod tests {
         st.current_update = next.current_update;
         absorb(&mut st, &finished("s-3", true, "boom"), None, &now());
         assert_eq!(st.last_update.as_ref().unwrap().failures, Some(0));
+    }
+
+    #[test]
+    fn workspace_failures_stall_at_once_with_pkos_reason() {
+        let mut st = running("abc");
+        let mut u = finished("s-1", true, "no stack named dev found");
+        if let Some(c) = u
+            .status
+            .as_mut()
+            .and_then(|s| s.conditions.as_mut())
+            .and_then(|c| c.iter_mut().find(|c| c.type_ == "Failed"))
+        {
+            c.reason = "StackNotFound".into();
+        }
+        absorb(&mut st, &u, None, &now());
+        mark_result(&mut st, 4, &now());
+        let stalled = st
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "Stalled")
+            .unwrap();
+        assert_eq!(stalled.reason, "WorkspaceFailed");
+        assert_eq!(stalled.message, "StackNotFound: no stack named dev found");
     }
 
     #[test]
