@@ -163,32 +163,50 @@ pub async fn run(scope: Scope, shutdown: CancellationToken) {
 
 type Running = futures::future::BoxFuture<'static, ()>;
 
-/// One watch feeding one store and several consumers: every consumer sees an object only
-/// after the store has it, so a reconcile never reads an older version than its trigger.
+/// What a watch hands to one of its consumers: every object it saw change or go.
+type Feed<K> = futures::channel::mpsc::UnboundedReceiver<Arc<K>>;
+
+/// One watch feeding one store and several consumers. Every consumer sees an object only after
+/// the store has it (the reflector writes first), so a reconcile never reads an older version
+/// than its trigger; deletions are passed on too. The watch is driven by its own task and never
+/// waits for a consumer (kube-runtime's shared `ReflectHandle` can stall for good when an object
+/// is deleted before a consumer reads it, which froze the pod cache under Job churn).
 fn shared<K>(
     api: Api<K>,
     cfg: watcher::Config,
     consumers: usize,
-) -> (Store<K>, Vec<reflector::ReflectHandle<K>>, Running)
+) -> (Store<K>, Vec<Feed<K>>, Running)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let (reader, writer) = reflector::store_shared(1024);
-    // A store made by store_shared always hands out subscriptions.
-    let subscribers = (0..consumers).filter_map(|_| writer.subscribe()).collect();
+    let (reader, writer) = reflector::store();
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..consumers)
+        .map(|_| futures::channel::mpsc::unbounded::<Arc<K>>())
+        .unzip();
+    let filled = reader.clone();
     let driver = watcher(api, cfg)
         .default_backoff()
         .modify(|o| {
             o.managed_fields_mut().clear();
         })
-        .reflect_shared(writer)
-        .for_each(|event| async move {
-            if let Err(e) = event {
-                warn!(kind = %K::kind(&()), "watch failed (retrying with backoff): {e}");
+        .reflect(writer)
+        .for_each(move |event| {
+            let send = |o: Arc<K>| {
+                for s in &senders {
+                    let _ = s.unbounded_send(o.clone());
+                }
+            };
+            match event {
+                Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => send(Arc::new(o)),
+                // A (re)list is in the store only once it is complete: then every object.
+                Ok(watcher::Event::InitDone) => filled.state().into_iter().for_each(send),
+                Ok(_) => {}
+                Err(e) => warn!(kind = %K::kind(&()), "watch failed (retrying with backoff): {e}"),
             }
+            futures::future::ready(())
         })
         .boxed();
-    (reader, subscribers, driver)
+    (reader, receivers, driver)
 }
 
 fn run_in(

@@ -219,7 +219,7 @@ pub fn progress(job: Option<&Job>, pods: &[&Pod], now: jiff::Timestamp) -> Progr
         });
     let result_lost = (job_complete && pods.is_empty()).then(|| Progress::Failed {
         reason: names::UPDATE_REASON_UNKNOWN.into(),
-        message: "the Job completed but its pod is gone, so the operation's result is unknown;                   the stack runs it again"
+        message: "the Job completed but its pod is gone, so the operation's result is unknown; the stack runs it again"
             .into(),
         result: None,
         end: None,
