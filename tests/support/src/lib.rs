@@ -1165,7 +1165,7 @@ pub async fn kill_operator() {
     .await;
     let before = state("restartCount");
     let killed = std::process::Command::new("pkill")
-        .args(["-KILL", "-f", "target/debug/pulumi-operator( |$)"])
+        .args(["-KILL", "-f", "/pulumi-operator --leader-elect"])
         .status()
         .expect("pkill");
     assert!(killed.success(), "no operator process to kill");
