@@ -371,7 +371,7 @@ pub fn build_job(
         "volumes": volumes,
     });
     // workspaceReclaimPolicy Retain: the retained workspace's cache at PULUMI_HOME.
-    crate::workspace::statefulset::retained_cache(ws, &mut pod_spec);
+    crate::workspace::cache::retained_cache(ws, &mut pod_spec);
     let mut pod_meta = json!({"labels": labels});
     if let Some(template) = &spec.pod_template {
         if let Some(user) = &template.spec {
