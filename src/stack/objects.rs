@@ -100,11 +100,9 @@ fn secret_ref(name: &str, key: &str, optional: Option<bool>) -> EnvVarSource {
     }
 }
 
-/// The Workspace of a Stack: image, identity, environment, source at the resolved revision,
-/// the stack's configuration, and the user's `workspaceTemplate` on top.
-pub fn build_workspace(stack: &Stack, source: &ResolvedSource) -> Workspace {
-    let spec = &stack.spec;
-    let name = stack.name_any();
+/// The environment of the stack's pods, in PKO's order: backend URL, access token, `envRefs`
+/// (sorted by key; a later entry replaces an earlier one of the same name).
+fn stack_env(spec: &pulumi_operator_api::StackSpec) -> Vec<EnvVar> {
     let mut env: Vec<EnvVar> = Vec::new();
     if let Some(backend) = spec.backend.as_ref().filter(|b| !b.is_empty()) {
         env.push(EnvVar {
@@ -138,6 +136,11 @@ pub fn build_workspace(stack: &Stack, source: &ResolvedSource) -> Workspace {
         env.retain(|e| e.name != var.name);
         env.push(var);
     }
+    env
+}
+
+/// `envs` and `envSecrets` as envFrom sources (appended after the template's, as PKO does).
+fn stack_env_from(spec: &pulumi_operator_api::StackSpec) -> Vec<EnvFromSource> {
     let mut env_from: Vec<EnvFromSource> = Vec::new();
     for cm in spec.envs.iter().flatten() {
         env_from.push(EnvFromSource {
@@ -158,7 +161,14 @@ pub fn build_workspace(stack: &Stack, source: &ResolvedSource) -> Workspace {
         });
     }
 
-    // Configuration, in PKO's order: config, configRef, secrets, secretsRef (sorted keys each).
+    env_from
+}
+
+/// The stack's configuration items in PKO's order (config, configRef, secrets, secretsRef;
+/// sorted keys each), with the ConfigMap and Secret volumes (and mounts) the references need.
+fn stack_config(
+    spec: &pulumi_operator_api::StackSpec,
+) -> (Vec<ConfigItem>, Vec<Value>, Vec<Value>) {
     let mut config: Vec<ConfigItem> = Vec::new();
     let mut volumes: Vec<Value> = Vec::new();
     let mut mounts: Vec<Value> = Vec::new();
@@ -232,7 +242,16 @@ pub fn build_workspace(stack: &Stack, source: &ResolvedSource) -> Workspace {
         }
     }
 
-    let (git, flux) = match source {
+    (config, volumes, mounts)
+}
+
+/// The Workspace's git or Flux source for the resolved revision.
+fn workspace_source(
+    stack: &Stack,
+    source: &ResolvedSource,
+) -> (Option<WorkspaceGitSource>, Option<WorkspaceFluxSource>) {
+    let spec = &stack.spec;
+    match source {
         ResolvedSource::Git {
             url,
             commit,
@@ -272,8 +291,18 @@ pub fn build_workspace(stack: &Stack, source: &ResolvedSource) -> Workspace {
             }),
         ),
         ResolvedSource::ProjectInfo { .. } | ResolvedSource::None => (None, None),
-    };
+    }
+}
 
+/// The Workspace of a Stack: image, identity, environment, source at the resolved revision,
+/// the stack's configuration, and the user's `workspaceTemplate` on top.
+pub fn build_workspace(stack: &Stack, source: &ResolvedSource) -> Workspace {
+    let spec = &stack.spec;
+    let name = stack.name_any();
+    let env = stack_env(spec);
+    let env_from = stack_env_from(spec);
+    let (config, volumes, mounts) = stack_config(spec);
+    let (git, flux) = workspace_source(stack, source);
     let pod_template = (!volumes.is_empty()).then(|| {
         serde_json::from_value(json!({
             "spec": {"volumes": volumes, "containers": [{"name": names::PULUMI_CONTAINER, "volumeMounts": mounts}]}
