@@ -310,7 +310,7 @@ async fn strike(ns: &str, stacks: usize, rng: &mut Rng, counts: &mut Chaos, dele
 #[tokio::test]
 async fn chaos_kills_and_deletions_never_duplicate_or_lose_an_operation() {
     let stacks = env_or("CHAOS_STACKS", 6).max(3);
-    let rounds = env_or("CHAOS_ROUNDS", 3).max(1);
+    let rounds = env_or("CHAOS_ROUNDS", 4).max(1);
     let seed = std::env::var("CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -349,7 +349,7 @@ async fn chaos_kills_and_deletions_never_duplicate_or_lose_an_operation() {
             let mut rng = Rng(seed);
             let mut counts = Chaos::default();
             while !stop.load(Ordering::Relaxed) {
-                tokio::time::sleep(Duration::from_millis(2500 + rng.below(5000))).await;
+                tokio::time::sleep(Duration::from_millis(1500 + rng.below(3000))).await;
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }
@@ -374,7 +374,7 @@ async fn chaos_kills_and_deletions_never_duplicate_or_lose_an_operation() {
             f.sn.ns.apply(&stack_object(&f, i, &sha));
         }
         // Let some operations start, but not necessarily finish, before the next revision.
-        tokio::time::sleep(Duration::from_millis(3000 + rng.below(9000))).await;
+        tokio::time::sleep(Duration::from_millis(6000 + rng.below(8000))).await;
     }
     deletions.store(false, Ordering::Relaxed);
     let expected = format!("round-{rounds}");

@@ -1141,10 +1141,12 @@ impl StackFixture {
     }
 }
 
-/// Kills the operator's process with SIGKILL (no shutdown of any kind) and waits until its
-/// container runs again. The node agent restarts the container in the same pod.
+/// Kills the operator's process with SIGKILL (no shutdown of any kind) and waits until an
+/// operator runs again: the node agent restarts the container in the same pod, with the
+/// kubelet's growing CrashLoopBackOff; after two restarts the dead pod is removed instead, and
+/// the Deployment's new pod takes the leader lease once it expires.
 pub async fn kill_operator() {
-    let state = |path: &str| {
+    let get = |path: &str| {
         kubectl(&[
             "-n",
             OPERATOR_NAMESPACE,
@@ -1153,24 +1155,50 @@ pub async fn kill_operator() {
             "-l",
             "app.kubernetes.io/name=pulumi-operator",
             "-o",
-            &format!(
-                "jsonpath={{.items[*].status.containerStatuses[?(@.name==\"operator\")].{path}}}"
-            ),
+            &format!("jsonpath={{.items[*]{path}}}"),
         ])
     };
+    let state = |path: &str| {
+        get(&format!(
+            ".status.containerStatuses[?(@.name==\"operator\")].{path}"
+        ))
+    };
     let running = || !state("state.running.startedAt").trim().is_empty();
-    wait_until(Duration::from_secs(60), "the operator to run", || async {
+    wait_until(Duration::from_secs(120), "the operator to run", || async {
         running()
     })
     .await;
+    let pod = get(".metadata.name");
     let before = state("restartCount");
     let killed = std::process::Command::new("pkill")
         .args(["-KILL", "-f", "/pulumi-operator --leader-elect"])
         .status()
         .expect("pkill");
     assert!(killed.success(), "no operator process to kill");
+    if before.trim().parse::<u32>().unwrap_or(0) >= 2 {
+        kubectl(&[
+            "-n",
+            OPERATOR_NAMESPACE,
+            "delete",
+            "pod",
+            pod.trim(),
+            "--grace-period=0",
+            "--force",
+            "--wait=false",
+        ]);
+        wait_until(
+            Duration::from_secs(120),
+            "a new operator pod to run",
+            || {
+                let pod = pod.clone();
+                async move { get(".metadata.name").trim() != pod.trim() && running() }
+            },
+        )
+        .await;
+        return;
+    }
     wait_until(
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         "the operator container to restart",
         || {
             let before = before.clone();
