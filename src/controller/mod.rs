@@ -260,6 +260,11 @@ fn run_in(
         tracing::error!("shared watch streams gave no subscription; controllers not started");
         return (Vec::new(), stacks, programs);
     };
+    // A Stack is reconciled when what it asks for changes, not when its own status does (as
+    // PKO's predicates): a reconcile's status write never triggers the next one, so an error
+    // after a write backs off instead of looping.
+    let mut seen = SpecChanges::default();
+    let stack_primary = stack_primary.filter(move |s| futures::future::ready(seen.changed(s)));
     let stack_ctrl =
         Controller::for_shared_stream(stack_primary, stacks.clone()).with_config(config.clone());
     let ctx = Arc::new(Context::new(
@@ -495,6 +500,33 @@ fn run_in(
     (vec![controllers, drivers], stacks, programs)
 }
 
+/// Remembers, per Stack, what a reconcile acts on besides its status: the generation (spec
+/// and deletion), the `pulumi.com/reconciliation-request` annotation, and the finalizers.
+#[derive(Default)]
+struct SpecChanges(std::collections::HashMap<String, String>);
+
+impl SpecChanges {
+    /// Whether this version of the Stack differs from the last one seen in what it asks for.
+    fn changed(&mut self, stack: &Stack) -> bool {
+        let uid = stack.uid().unwrap_or_default();
+        if stack.metadata.deletion_timestamp.is_some() && stack.finalizers().is_empty() {
+            // Gone (or going without us): nothing to reconcile, nothing to remember.
+            self.0.remove(&uid);
+            return false;
+        }
+        let key = format!(
+            "{:?}|{:?}|{:?}|{:?}",
+            stack.metadata.generation,
+            stack
+                .annotations()
+                .get(pulumi_operator_api::names::RECONCILIATION_REQUEST_ANNOTATION),
+            stack.metadata.deletion_timestamp.is_some(),
+            stack.finalizers(),
+        );
+        self.0.insert(uid, key.clone()).as_deref() != Some(key.as_str())
+    }
+}
+
 /// The few things the trigger mappers read from Jobs and Pods.
 trait ResourceLike {
     fn label(&self, key: &str) -> Option<&String>;
@@ -524,4 +556,41 @@ where
 
 async fn cancelled(token: CancellationToken) {
     token.cancelled().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stack(generation: i64, request: &str, status_generation: i64) -> Stack {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "pulumi.com/v1", "kind": "Stack",
+            "metadata": {"name": "s", "namespace": "ns", "uid": "u", "generation": generation,
+                         "annotations": {"pulumi.com/reconciliation-request": request},
+                         "finalizers": ["finalizer.stack.pulumi.com"]},
+            "spec": {"stack": "dev"},
+            "status": {"observedGeneration": status_generation}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_what_a_stack_asks_for_triggers_its_reconcile() {
+        let mut seen = SpecChanges::default();
+        assert!(seen.changed(&stack(1, "", 0)), "first sight");
+        assert!(!seen.changed(&stack(1, "", 1)), "its own status write");
+        assert!(seen.changed(&stack(2, "", 1)), "a spec change");
+        assert!(
+            seen.changed(&stack(2, "now", 1)),
+            "a reconciliation request"
+        );
+        let mut deleting = stack(2, "now", 1);
+        deleting.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+        );
+        assert!(seen.changed(&deleting), "deletion");
+        deleting.metadata.finalizers = None;
+        assert!(!seen.changed(&deleting), "gone");
+        assert!(seen.0.is_empty(), "forgotten");
+    }
 }
