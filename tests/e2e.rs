@@ -202,16 +202,17 @@ async fn failures_back_off_then_stall_and_a_fix_recovers() {
         .apply(&f.stack_yaml("app", "branch: main\n  resyncFrequencySeconds: 3", ""));
     let mut seen: Vec<(i64, Instant)> = Vec::new();
     let stacks = f.stacks();
-    let deadline = Instant::now() + Duration::from_secs(240);
+    let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let s = stacks.get("app").await.unwrap();
-        let failures = s
-            .status
+        let last = s.status.as_ref().and_then(|x| x.last_update.clone());
+        let failed = last
             .as_ref()
-            .and_then(|x| x.last_update.as_ref())
-            .and_then(|l| l.failures)
-            .unwrap_or(0);
-        if failures > 0 && seen.last().map(|l| l.0) != Some(failures) {
+            .and_then(|l| l.state.clone())
+            .map(|x| x.as_str().to_string())
+            == Some("failed".into());
+        let failures = last.and_then(|l| l.failures).unwrap_or(0);
+        if failed && seen.last().map(|l| l.0) != Some(failures) {
             seen.push((failures, Instant::now()));
         }
         if condition(&s, "Stalled").is_some_and(|(st, r)| st == "True" && r == "UpdateFailed") {
@@ -223,10 +224,12 @@ async fn failures_back_off_then_stall_and_a_fix_recovers() {
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    // PKO's counting: four attempts (failures 0, 1, 2, 3), 10 s × 3^failures apart.
     let counts: Vec<i64> = seen.iter().map(|s| s.0).collect();
-    assert_eq!(counts, [1, 2, 3], "each failure is counted once");
+    assert_eq!(counts, [0, 1, 2, 3], "each failure is counted once");
     let gap1 = seen[1].1 - seen[0].1;
     let gap2 = seen[2].1 - seen[1].1;
+    let gap3 = seen[3].1 - seen[2].1;
     assert!(
         gap1 >= Duration::from_secs(10),
         "first retry after {gap1:?}, expected ≥ 10 s"
@@ -234,6 +237,10 @@ async fn failures_back_off_then_stall_and_a_fix_recovers() {
     assert!(
         gap2 >= Duration::from_secs(30) && gap2 > gap1,
         "second retry after {gap2:?}, expected ≥ 30 s"
+    );
+    assert!(
+        gap3 >= Duration::from_secs(90) && gap3 > gap2,
+        "third retry after {gap3:?}, expected ≥ 90 s"
     );
     let s = f.stack("app").await;
     let last = s.status.as_ref().unwrap().last_update.clone().unwrap();
