@@ -21,7 +21,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use test_support::{kill_operator, kubectl, last_update, stack_ready, wait_until, StackFixture};
+use test_support::{
+    kill_operator, kubectl, last_update, output_value, stack_ready, wait_until, StackFixture,
+};
 
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -87,16 +89,6 @@ fn stack_object(f: &StackFixture, i: usize, sha: &str) -> String {
         "apiVersion: pulumi.com/v1\nkind: Stack\nmetadata: {{name: {name}}}\nspec:\n  stack: chaos-{i}\n  backend: {backend}\n  serviceAccountName: pulumi\n  destroyOnFinalize: true\n  envRefs:\n    PULUMI_CONFIG_PASSPHRASE: {{type: Secret, secret: {{name: passphrase, key: passphrase}}}}\n{source}{retain}{refresh}",
         backend = f.sn.backend_url
     )
-}
-
-fn output(s: &Stack) -> String {
-    s.status
-        .as_ref()
-        .and_then(|x| x.outputs.as_ref())
-        .and_then(|o| o.get("value"))
-        .and_then(|v| v.as_str())
-        .unwrap_or_default()
-        .to_string()
 }
 
 #[derive(Default)]
@@ -381,7 +373,7 @@ async fn chaos_kills_and_deletions_never_duplicate_or_lose_an_operation() {
     let api: Api<Stack> = f.stacks();
     let converged = |s: &Stack, i: usize| {
         stack_ready(s)
-            && output(s) == expected
+            && output_value(s) == expected
             && (kind(i) == Kind::Program
                 || last_update(s).last_successful_commit.as_deref() == Some(sha.as_str()))
             && last_update(s).generation == s.metadata.generation
@@ -396,7 +388,7 @@ async fn chaos_kills_and_deletions_never_duplicate_or_lose_an_operation() {
                 Ok(s) => pending.push(format!(
                     "s{i}: ready={} output={:?} last={:?}",
                     stack_ready(&s),
-                    output(&s),
+                    output_value(&s),
                     last_update(&s)
                 )),
                 Err(e) => pending.push(format!("s{i}: {e}")),

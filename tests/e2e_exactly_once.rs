@@ -9,7 +9,8 @@ use kube::Api;
 use pulumi_operator_api::Stack;
 use std::time::Duration;
 use test_support::{
-    kill_operator, kubectl, last_update, sleeping_program, stack_ready, wait_until, StackFixture,
+    kill_operator, kubectl, last_update, output_value, sleeping_program, stack_ready, wait_until,
+    StackFixture,
 };
 
 const PROGRAM: &str = r#"name: e2e
@@ -31,16 +32,6 @@ fn stalled(s: &Stack) -> Option<(String, String)> {
         .iter()
         .find(|c| c.type_ == "Stalled" && c.status == "True")
         .map(|c| (c.reason.clone(), c.message.clone()))
-}
-
-fn output(s: &Stack) -> String {
-    s.status
-        .as_ref()
-        .and_then(|x| x.outputs.as_ref())
-        .and_then(|o| o.get("value"))
-        .and_then(|v| v.as_str())
-        .unwrap_or_default()
-        .to_string()
 }
 
 /// The operator killed with SIGKILL while a retained workspace exists keeps it: after the
@@ -157,7 +148,7 @@ async fn a_service_account_typo_is_named_and_the_fix_runs() {
             stack_ready,
         )
         .await;
-    assert_eq!(output(&s), "hello");
+    assert_eq!(output_value(&s), "hello");
 }
 
 /// A `configRef` ConfigMap that does not exist yet: the Stack says which, and runs by itself
@@ -195,7 +186,7 @@ async fn a_missing_config_map_created_later_converges() {
             stack_ready,
         )
         .await;
-    assert_eq!(output(&s), "created-later");
+    assert_eq!(output_value(&s), "created-later");
 }
 
 /// A pod that cannot be created (a ResourceQuota allows no pods): the Update fails within the
@@ -236,7 +227,7 @@ async fn a_pod_that_cannot_be_created_fails_with_the_reason_and_recovers() {
             stack_ready,
         )
         .await;
-    assert_eq!(output(&s), "hello");
+    assert_eq!(output_value(&s), "hello");
 }
 
 /// Deleting the Workspace while an operation runs: the operation finishes and is absorbed (the
@@ -259,7 +250,7 @@ async fn deleting_the_workspace_mid_operation_converges() {
             stack_ready,
         )
         .await;
-    assert_eq!(output(&s), "rested");
+    assert_eq!(output_value(&s), "rested");
     let sha2 = f.repo.commit(&[("Pulumi.yaml", PROGRAM)], "next");
     f.sn.ns
         .apply(&f.stack_yaml("app", &format!("commit: {sha2}"), ""));
@@ -269,7 +260,7 @@ async fn deleting_the_workspace_mid_operation_converges() {
                 && last_update(s).last_successful_commit.as_deref() == Some(sha2.as_str())
         })
         .await;
-    assert_eq!(output(&s), "hello");
+    assert_eq!(output_value(&s), "hello");
     kubectl(&["-n", f.ns(), "get", "workspace", "app"]);
 }
 
@@ -294,7 +285,7 @@ async fn updates_go_only_after_they_were_absorbed() {
         )
         .await;
     assert_eq!(
-        output(&s),
+        output_value(&s),
         "hello",
         "the result was absorbed before the Update went"
     );
@@ -344,7 +335,7 @@ async fn updates_go_only_after_they_were_absorbed() {
             },
         )
         .await;
-    assert_eq!(output(&s), "rested");
+    assert_eq!(output_value(&s), "rested");
     assert_eq!(f.lock_files(), 0, "no lock left");
 }
 
@@ -412,7 +403,7 @@ async fn a_lock_left_by_a_killed_pulumi_is_cleared_by_the_next_operation() {
             stack_ready,
         )
         .await;
-    assert_eq!(output(&s), "rested");
+    assert_eq!(output_value(&s), "rested");
     assert_eq!(f.lock_files(), 0, "no lock left");
     let reasons = kubectl(&[
         "-n",

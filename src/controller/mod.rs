@@ -66,6 +66,36 @@ pub async fn check_crds_installed(client: &kube::Client) -> Result<(), String> {
     }
 }
 
+/// The Stack that controls `obj` (matched by UID): from the cache, else from the API server.
+/// Callers delete or release things when there is none, so "none" must not be a cache that has
+/// not caught up yet.
+pub async fn owning_stack<K: Resource>(
+    ctx: &Context,
+    obj: &K,
+) -> Result<Option<Arc<Stack>>, Error> {
+    let ns = obj.meta().namespace.clone().unwrap_or_default();
+    let Some(owner) = obj
+        .meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == "Stack" && o.controller == Some(true))
+    else {
+        return Ok(None);
+    };
+    let same = |s: &Stack| s.uid().as_deref() == Some(owner.uid.as_str());
+    if let Some(s) = ctx
+        .stores
+        .stacks
+        .get(&ObjectRef::new(&owner.name).within(&ns))
+        .filter(|s| same(s))
+    {
+        return Ok(Some(s));
+    }
+    let api: Api<Stack> = Api::namespaced(ctx.client.clone(), &ns);
+    Ok(api.get_opt(&owner.name).await?.filter(same).map(Arc::new))
+}
+
 /// Wraps a reconcile with a tracing span naming the object, the reconcile metrics, and the
 /// per-object failure count used by `error_policy`.
 async fn instrumented<K, F, Fut>(

@@ -440,8 +440,9 @@ impl<'a> Pass<'a> {
                 return Ok(Action::await_change());
             }
         }
+        let workspace = build_workspace(self.stack, source);
         if !self.deleting {
-            if let Some(message) = self.missing_references(source).await? {
+            if let Some(message) = self.missing_references(&workspace).await? {
                 warn!(%message, "referenced objects missing");
                 self.stall_once(
                     REASON_REFERENCE_NOT_FOUND,
@@ -475,7 +476,7 @@ impl<'a> Pass<'a> {
             info!(update = %update_name, "the stack changed since it was read; deciding again");
             return Ok(Action::requeue(CLAIM_CONFLICT_REQUEUE));
         }
-        match start_update(self.ctx, &view, source, update).await {
+        match start_update(self.ctx, &view, &workspace, update).await {
             Ok(()) => {}
             Err(Error::Kube(kube::Error::Api(e))) if rejected(&e) => {
                 return self.rejected(&update_name, &e).await;
@@ -495,12 +496,11 @@ impl<'a> Pass<'a> {
     /// A message naming the ServiceAccount, ConfigMaps and Secrets the operation's pod would
     /// need but that do not exist (none: all there). Not for a destroy: a deletion must not
     /// wait for objects the user may have removed first (its pod reports them if needed).
-    async fn missing_references(&self, source: &ResolvedSource) -> Result<Option<String>> {
+    async fn missing_references(&self, ws: &Workspace) -> Result<Option<String>> {
         use crate::stack::references::{missing_message, required, Kind};
-        let ws = build_workspace(self.stack, source);
         let client = &self.ctx.client;
         let mut missing = Vec::new();
-        for r in required(&ws) {
+        for r in required(ws) {
             let (exists, has_key) = match r.kind {
                 Kind::ServiceAccount => {
                     let api: Api<k8s_openapi::api::core::v1::ServiceAccount> =
@@ -950,13 +950,12 @@ async fn prune_history(ctx: &Context, stack: &Stack, ns: &str, status: &StackSta
 async fn start_update(
     ctx: &Context,
     stack: &Stack,
-    source: &ResolvedSource,
+    workspace: &Workspace,
     mut update: Update,
 ) -> Result<()> {
     let ns = stack.namespace().unwrap_or_default();
-    let workspace = build_workspace(stack, source);
     let workspaces: Api<Workspace> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut ws_value = serde_json::to_value(&workspace)?;
+    let mut ws_value = serde_json::to_value(workspace)?;
     ws_value["apiVersion"] = "auto.pulumi.com/v1alpha1".into();
     ws_value["kind"] = "Workspace".into();
     let applied = workspaces

@@ -8,8 +8,8 @@ use crate::error::{Error, Result};
 use crate::stack::objects::PROGRAM_SCHEME;
 use crate::update::job::{build_job, build_plan, build_plan_secret, job_labels, JobConfig};
 use crate::update::status::{
-    not_started, progress, should_stop_job, start_failure, status_for, NotStarted, Progress,
-    STUCK_AFTER_SECONDS,
+    job_finished, not_started, progress, should_stop_job, start_failure, status_for, NotStarted,
+    Progress, STUCK_AFTER_SECONDS,
 };
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
@@ -86,7 +86,9 @@ async fn finished(update: &Update, ctx: &Context, ns: &str) -> Result<Action> {
     }
     if update.metadata.deletion_timestamp.is_some() {
         if update.finalizers().iter().any(|f| f == names::FINALIZER)
-            && !owner_stack_exists(ctx, update, ns).await?
+            && crate::controller::owning_stack(ctx, update)
+                .await?
+                .is_none()
         {
             // Nobody is left to absorb it (the Stack was removed without its finalizer).
             let api: Api<Update> = Api::namespaced(ctx.client.clone(), ns);
@@ -132,40 +134,6 @@ async fn finished(update: &Update, ctx: &Context, ns: &str) -> Result<Action> {
         return Ok(Action::await_change());
     }
     Ok(Action::requeue(ttl - age + Duration::from_secs(1)))
-}
-
-/// Whether the Stack that owns this Update still exists (cache, then the API server).
-async fn owner_stack_exists(ctx: &Context, update: &Update, ns: &str) -> Result<bool> {
-    let Some(owner) = update
-        .owner_references()
-        .iter()
-        .find(|o| o.kind == "Stack" && o.controller == Some(true))
-    else {
-        return Ok(false);
-    };
-    let cached = ctx
-        .stores
-        .stacks
-        .get(&ObjectRef::new(&owner.name).within(ns))
-        .is_some_and(|s| s.uid().as_deref() == Some(owner.uid.as_str()));
-    if cached {
-        return Ok(true);
-    }
-    let api: Api<pulumi_operator_api::Stack> = Api::namespaced(ctx.client.clone(), ns);
-    Ok(api
-        .get_opt(&owner.name)
-        .await?
-        .is_some_and(|s| s.uid().as_deref() == Some(owner.uid.as_str())))
-}
-
-fn job_finished(job: &Job) -> bool {
-    job.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| {
-            c.iter()
-                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
-        })
 }
 
 /// Whether an object is controlled by this Update (its UID, not only its name: an earlier

@@ -19,6 +19,7 @@
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::update::job::JobConfig;
+use crate::update::status::job_finished;
 use crate::workspace::statefulset::{
     self as retained, cache_claim_name, pod_name, statefulset_name, APPLIED_HASH_ANNOTATION,
 };
@@ -68,19 +69,6 @@ pub enum Observed {
         /// Why it cannot be built, if so.
         problem: Option<String>,
     },
-}
-
-/// The Workspace's owning Stack (its controller), from the cache.
-pub fn owner_stack(ws: &Workspace, stacks: &Store<Stack>) -> Option<Arc<Stack>> {
-    let ns = ws.namespace().unwrap_or_default();
-    ws.owner_references()
-        .iter()
-        .find(|o| o.kind == "Stack" && o.controller == Some(true))
-        .and_then(|o| {
-            stacks
-                .get(&ObjectRef::new(&o.name).within(&ns))
-                .filter(|s| s.uid().as_deref() == Some(o.uid.as_str()))
-        })
 }
 
 /// The reclaim policy of the Workspace's owning Stack (`Delete` without one).
@@ -231,16 +219,6 @@ fn spec_mounts(spec: &PodSpec, claim: &str) -> bool {
     })
 }
 
-fn job_finished(job: &Job) -> bool {
-    job.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| {
-            c.iter()
-                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
-        })
-}
-
 async fn publish(ctx: &Context, ws: &Workspace, reason: &str, note: String) {
     let event = Event {
         type_: EventType::Normal,
@@ -273,10 +251,8 @@ pub async fn reconcile(
     let claim = stores
         .claims
         .get(&ObjectRef::new(&cache_claim_name(&name)).within(&ns));
-    let stack = match owner_stack(&ws, &ctx.stores.stacks) {
-        Some(s) => Some(s),
-        None => owner_stack_from_api(&ws, &ctx, &ns).await?,
-    };
+    // Reclaiming deletes the retained workspace and its cache: "no owner" must be a fact.
+    let stack = crate::controller::owning_stack(&ctx, ws.as_ref()).await?;
     let (observed, action) = match policy(stack.as_deref()) {
         WorkspaceReclaimPolicy::Retain => retain(&ws, &ctx, &ns, sts, claim).await?,
         _ => (
@@ -312,29 +288,6 @@ pub async fn reconcile(
         }
     }
     Ok(action)
-}
-
-/// The owning Stack read from the API server when the cache does not have it: reclaiming
-/// deletes the retained workspace and its cache, so "no owner" must be a fact, not a cache
-/// that has not caught up.
-async fn owner_stack_from_api(
-    ws: &Workspace,
-    ctx: &Context,
-    ns: &str,
-) -> Result<Option<Arc<Stack>>> {
-    let Some(owner) = ws
-        .owner_references()
-        .iter()
-        .find(|o| o.kind == "Stack" && o.controller == Some(true))
-    else {
-        return Ok(None);
-    };
-    let api: Api<Stack> = Api::namespaced(ctx.client.clone(), ns);
-    Ok(api
-        .get_opt(&owner.name)
-        .await?
-        .filter(|s| s.uid().as_deref() == Some(owner.uid.as_str()))
-        .map(Arc::new))
 }
 
 /// `Delete`: no StatefulSet, no cache claim. The StatefulSet goes once no unfinished update

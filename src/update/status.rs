@@ -242,6 +242,17 @@ pub fn progress(job: Option<&Job>, pods: &[&Pod], now: jiff::Timestamp) -> Progr
     }
 }
 
+/// Whether a Job has ended (`Complete` or `Failed`).
+pub fn job_finished(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+        })
+}
+
 /// An operation that may never start: its Job has no pod, or its pod has not started any
 /// container, for `seconds`.
 #[derive(Clone, Debug, PartialEq)]

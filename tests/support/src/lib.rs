@@ -1054,6 +1054,17 @@ pub fn stack_ready(s: &pulumi_operator_api::Stack) -> bool {
         && s.status.as_ref().and_then(|x| x.observed_generation) == s.metadata.generation
 }
 
+/// The Stack's output `value` as a string ("" when it has none).
+pub fn output_value(s: &pulumi_operator_api::Stack) -> String {
+    s.status
+        .as_ref()
+        .and_then(|x| x.outputs.as_ref())
+        .and_then(|o| o.get("value"))
+        .and_then(|v| v.as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// The Stack's `status.lastUpdate` (empty when it has none).
 pub fn last_update(s: &pulumi_operator_api::Stack) -> pulumi_operator_api::StackUpdateState {
     s.status
