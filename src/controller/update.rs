@@ -80,7 +80,17 @@ fn completed_at(update: &Update) -> Option<Time> {
 async fn finished(update: &Update, ctx: &Context, ns: &str) -> Result<Action> {
     let name = update.name_any();
     if let Some(job) = own_job(ctx, update, ns) {
-        if !job_finished(&job) {
+        // A Job with an ended pod ends by itself (one completion, no retries); stopping it
+        // then would let the Job controller delete a pod it still counts as active, and with
+        // it the logs `kubectl logs job/<update>` shows.
+        let pod_ended = ctx.stores.pods.state().iter().any(|p| {
+            owned_by_job(p, &job)
+                && matches!(
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Succeeded" | "Failed")
+                )
+        });
+        if !job_finished(&job) && !pod_ended {
             stop_job(ctx, ns, &job).await?;
         }
     }
