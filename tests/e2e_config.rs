@@ -125,8 +125,8 @@ async fn env_secrets_and_the_access_token_secret_reach_pulumi() {
     std::fs::create_dir_all(&cloud).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&cloud, std::fs::Permissions::from_mode(0o777)).unwrap();
-    // Pulumi Cloud cannot be reached from here: this Stack runs the CLI stand-in's image, which
-    // simulates it. It refuses to work without PULUMI_ACCESS_TOKEN,
+    // Pulumi Cloud cannot be reached from here: this Stack runs the real CLI behind the Cloud
+    // stand-in (tests/pulumi-cloud-shim). It refuses to work without PULUMI_ACCESS_TOKEN,
     // which comes only from `accessTokenSecret`; the stand-in's directory comes from a Secret
     // named in `envSecrets`.
     f.sn.ns.apply(&format!(

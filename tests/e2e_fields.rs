@@ -483,7 +483,7 @@ async fn secrets_provider_and_environments_reach_pulumi() {
     );
 
     // ESC environments need Pulumi Cloud, which the real CLI cannot reach here: this Stack
-    // runs the CLI stand-in's image, which simulates the Cloud in a directory.
+    // runs the real CLI behind the Pulumi Cloud stand-in, which keeps the Cloud in a directory.
     let cloud = f.sn.backend_dir.join("cloud");
     std::fs::create_dir_all(&cloud).unwrap();
     use std::os::unix::fs::PermissionsExt;

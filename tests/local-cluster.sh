@@ -112,8 +112,8 @@ write_image_map() {
     {"image": "$RUNNER_IMAGE", "entrypoint": ["$target/pulumi-runner"], "user": 65532},
     {"image": "pulumi/pulumi", "prefix": true, "path": ["$pulumi_path"], "user": 1000,
      "env": {"PULUMI_SKIP_UPDATE_CHECK": "true", "AWS_EC2_METADATA_DISABLED": "true"}},
-    {"image": "test.local/pulumi-cloud-standin", "path": ["$target"], "user": 1000,
-     "env": {"PULUMI_SKIP_UPDATE_CHECK": "true"}}
+    {"image": "test.local/pulumi-cloud-standin", "path": ["$REPO_ROOT/tests/pulumi-cloud-shim", "$pulumi_path"],
+     "user": 1000, "env": {"PULUMI_SKIP_UPDATE_CHECK": "true", "AWS_EC2_METADATA_DISABLED": "true"}}
   ]
 }
 JSON

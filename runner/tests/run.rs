@@ -492,12 +492,20 @@ fn simulated_cloud_permalink_environments_and_access_token() {
         ran.result.permalink.as_deref(),
         Some("https://app.pulumi.com/organization/proj/dev/updates/2")
     );
-    let stack_yaml = std::fs::read_to_string(w.workspace().join("Pulumi.dev.yaml")).unwrap();
-    let doc: serde_yaml::Value = serde_yaml::from_str(&stack_yaml).unwrap();
+    // The environments were added once, in order (the stand-in records what the CLI was asked).
+    let listed = std::process::Command::new(w.cli[0].join("pulumi"))
+        .args(["--non-interactive", "config", "env", "ls", "--json"])
+        .args(["--stack", "organization/proj/dev"])
+        .current_dir(w.workspace())
+        .env("PATH", w.path_env())
+        .envs(env)
+        .output()
+        .unwrap();
     assert_eq!(
-        doc["environment"],
-        serde_yaml::from_str::<serde_yaml::Value>("[proj/a, proj/b]").unwrap(),
-        "{stack_yaml}"
+        String::from_utf8_lossy(&listed.stdout).trim(),
+        r#"["proj/a","proj/b"]"#,
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
     );
     assert!(!ran.stderr.contains("pul-test-token-123"));
 

@@ -1,7 +1,8 @@
 //! Helpers for the runner's end-to-end tests: temp share/state dirs, plans, running the built
 //! runner binary with the real Pulumi CLI (its YAML language host and the test provider
 //! plugins, built by tests/build-tools.sh) first on PATH, git repositories. Only Pulumi Cloud
-//! cases, which the real CLI cannot reach here, use the CLI stand-in (`World::cloud_standin`).
+//! cases, which the real CLI cannot reach here, put the Cloud stand-in before it
+//! (`World::cloud_standin`).
 #![allow(dead_code)]
 
 use pulumi_operator_api::plan::{Operation, RunPlan, RunResult, Source, StackPlan};
@@ -15,27 +16,9 @@ pub fn runner_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_pulumi-runner"))
 }
 
-/// The directory holding the stand-in `pulumi` (built on first use).
-pub fn standin_dir() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let dir = runner_bin().parent().expect("target dir").to_path_buf();
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let status = Command::new(cargo)
-                .args(["build", "-q", "-p", "pulumi-standin"])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .status()
-                .expect("cargo build -p pulumi-standin");
-            assert!(status.success(), "building the pulumi stand-in failed");
-            assert!(
-                dir.join("pulumi").is_file(),
-                "no stand-in at {}",
-                dir.display()
-            );
-            dir
-        })
-        .clone()
+/// The Pulumi Cloud stand-in: a wrapper run before the real `pulumi` (tests/pulumi-cloud-shim).
+pub fn cloud_shim_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/pulumi-cloud-shim")
 }
 
 /// The directory holding the real `pulumi`, `pulumi-language-yaml` and the test provider
@@ -61,22 +44,29 @@ pub fn pulumi_dir() -> PathBuf {
 /// One test's world: a share volume, a file backend, a PULUMI_HOME, a result file.
 pub struct World {
     pub root: tempfile::TempDir,
-    /// The directory of the `pulumi` the runner finds first on PATH.
-    pub cli: PathBuf,
+    /// The directories put first on PATH: the `pulumi` the runner finds is in the first.
+    pub cli: Vec<PathBuf>,
 }
 
 impl World {
     pub fn new() -> World {
-        World::with_cli(pulumi_dir())
+        World::with_cli(vec![pulumi_dir()])
     }
 
-    /// A world whose `pulumi` is the stand-in, for what the real CLI cannot do here (a Pulumi
-    /// Cloud backend, ESC environments).
+    /// A world whose `pulumi` is the real CLI behind the Pulumi Cloud stand-in, for what the
+    /// real CLI cannot reach here (a Pulumi Cloud backend, ESC environments).
     pub fn cloud_standin() -> World {
-        World::with_cli(standin_dir())
+        World::with_cli(vec![cloud_shim_dir(), pulumi_dir()])
     }
 
-    fn with_cli(cli: PathBuf) -> World {
+    /// PATH with the world's CLI directories first.
+    pub fn path_env(&self) -> String {
+        let mut dirs: Vec<String> = self.cli.iter().map(|d| d.display().to_string()).collect();
+        dirs.push(std::env::var("PATH").unwrap_or_default());
+        dirs.join(":")
+    }
+
+    fn with_cli(cli: Vec<PathBuf>) -> World {
         let root = tempfile::Builder::new()
             .prefix("runner-test-")
             .tempdir()
@@ -119,14 +109,9 @@ impl World {
         )
         .expect("write plan");
         let mut cmd = Command::new(runner_bin());
-        let path = format!(
-            "{}:{}",
-            self.cli.display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
         cmd.arg(subcommand)
             .env_clear()
-            .env("PATH", path)
+            .env("PATH", self.path_env())
             .env("HOME", self.path("home"))
             .env("PULUMI_HOME", self.path("home/.pulumi"))
             .env("PULUMI_BACKEND_URL", self.backend_url())
@@ -170,15 +155,10 @@ impl World {
 
     /// Runs the world's `pulumi` directly in the workspace (to inspect what the runner did).
     pub fn pulumi(&self, args: &[&str]) -> String {
-        let path = format!(
-            "{}:{}",
-            self.cli.display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
-        let out = Command::new(self.cli.join("pulumi"))
+        let out = Command::new(self.cli[0].join("pulumi"))
             .args(args)
             .current_dir(self.workspace())
-            .env("PATH", path)
+            .env("PATH", self.path_env())
             .env("PULUMI_SKIP_UPDATE_CHECK", "true")
             .env("PULUMI_HOME", self.path("home/.pulumi"))
             .env("PULUMI_BACKEND_URL", self.backend_url())

@@ -373,8 +373,9 @@ pub struct StackNamespace {
     pub backend_url: String,
 }
 
-/// The image the test cluster maps to the Pulumi CLI stand-in (tests/pulumi-standin): only for
-/// what the real CLI cannot do here, a Pulumi Cloud backend and ESC environments.
+/// The image the test cluster maps to the real Pulumi CLI behind the Pulumi Cloud stand-in
+/// (tests/pulumi-cloud-shim): only for what the real CLI cannot reach here, a Pulumi Cloud
+/// backend and ESC environments.
 pub const CLOUD_STANDIN_IMAGE: &str = "test.local/pulumi-cloud-standin:latest";
 
 pub const TEST_PASSPHRASE: &str = "e2e-passphrase-do-not-leak-7f3a";
