@@ -84,6 +84,54 @@ pub struct Config {
     /// The shortest allowed `resyncFrequencySeconds` (PKO's floor is 60). Lower it for tests only.
     #[arg(long, env = "MIN_RESYNC_SECONDS", default_value_t = 60)]
     pub min_resync_seconds: u64,
+
+    /// Let operations run in the operator's own namespace (and so possibly as its
+    /// ServiceAccount). Off: a Stack there is refused.
+    #[arg(long, env = "ALLOW_OPERATOR_NAMESPACE", default_value_t = false)]
+    pub allow_operator_namespace: bool,
+
+    /// The operator's ServiceAccount name, never lent to an operation.
+    #[arg(
+        long,
+        env = "OPERATOR_SERVICE_ACCOUNT",
+        default_value = "pulumi-operator"
+    )]
+    pub operator_service_account: String,
+
+    /// ServiceAccounts operations may run as (`name` or `namespace/name`), comma separated;
+    /// empty allows any.
+    #[arg(
+        long,
+        env = "ALLOWED_SERVICE_ACCOUNTS",
+        value_delimiter = ',',
+        default_value = ""
+    )]
+    pub allowed_service_accounts: Vec<String>,
+
+    /// Pod spec fields a Stack's templates may not set (e.g. `hostNetwork,hostPID,hostIPC`),
+    /// comma separated.
+    #[arg(
+        long,
+        env = "DENIED_POD_FIELDS",
+        value_delimiter = ',',
+        default_value = ""
+    )]
+    pub denied_pod_fields: Vec<String>,
+
+    /// Hosts (`host` or `host:port`) at which the operator may exchange GitHub App credentials
+    /// for a Stack (`pulumi.com/github-api-url`), comma separated. The host of
+    /// `GITHUB_API_URL` is always allowed.
+    #[arg(
+        long,
+        env = "GITHUB_API_HOSTS",
+        value_delimiter = ',',
+        default_value = "api.github.com"
+    )]
+    pub github_api_hosts: Vec<String>,
+
+    /// Allow plain-http GitHub API URLs.
+    #[arg(long, env = "ALLOW_INSECURE_GITHUB_API", default_value_t = false)]
+    pub allow_insecure_github_api: bool,
 }
 
 pub const DEFAULT_RUNNER_IMAGE: &str = concat!(
@@ -94,7 +142,35 @@ pub const DEFAULT_RUNNER_IMAGE: &str = concat!(
 /// The init container of the operator's pod whose image is the runner image.
 pub const RUNNER_INIT_CONTAINER: &str = "runner";
 
+fn listed(values: &[String]) -> Vec<String> {
+    values
+        .iter()
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect()
+}
+
 impl Config {
+    /// What tenants may ask for.
+    pub fn policy(&self) -> crate::policy::Policy {
+        let mut github_api_hosts = listed(&self.github_api_hosts);
+        if let Some(own) = std::env::var(pulumi_gitauth::env::GITHUB_API_URL)
+            .ok()
+            .and_then(|u| pulumi_gitauth::authority_of(u.trim()))
+        {
+            github_api_hosts.push(own);
+        }
+        crate::policy::Policy {
+            operator_namespace: self.lease_namespace.clone(),
+            operator_service_account: self.operator_service_account.clone(),
+            allow_operator_namespace: self.allow_operator_namespace,
+            allowed_service_accounts: listed(&self.allowed_service_accounts),
+            denied_pod_fields: listed(&self.denied_pod_fields),
+            github_api_hosts,
+            allow_insecure_github_api: self.allow_insecure_github_api,
+        }
+    }
+
     pub fn watched_namespaces(&self) -> Vec<String> {
         self.namespaces
             .iter()

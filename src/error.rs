@@ -15,9 +15,21 @@ pub enum Error {
 
     #[error("object has no {0}")]
     MissingField(&'static str),
+
+    #[error("internal error (a bug, please report it): {0}")]
+    Panicked(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The message of a caught panic.
+pub fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
 
 /// Requeue delay after a failed reconcile: grows with consecutive failures of the same object,
 /// capped, so an API outage neither hot-loops nor leaves objects waiting for long.

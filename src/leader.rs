@@ -1,5 +1,5 @@
-//! Lease-based leader election: only the holder of the Lease reconciles. Losing the Lease ends
-//! the process (the Deployment restarts it as a standby), so two replicas never reconcile at once.
+//! Lease-based leader election: only the holder of the Lease reconciles. Losing the Lease stops
+//! every reconcile at once and campaigns again (see `lead` in main.rs), so two replicas never reconcile at once.
 
 use crate::config::Config;
 use kube::Client;

@@ -9,6 +9,7 @@ mod http;
 mod leader;
 mod merge;
 mod metrics;
+mod policy;
 mod source;
 mod stack;
 mod telemetry;
@@ -20,6 +21,7 @@ use clap::Parser;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
@@ -57,12 +59,28 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
     };
     let http = tokio::spawn(http::serve(config.http_addr, http_state, shutdown.clone()));
 
-    if let Err(missing) = controller::check_crds_installed(&client).await {
-        shutdown.cancel();
-        anyhow::bail!(
-            "{missing}. Install the operator's CRDs first: `kubectl apply --server-side -k kustomize/base` \
-             installs everything, `kubectl apply --server-side -f crds/` only the CRDs."
-        );
+    // An API server that does not answer yet is waited for (with backoff), not a reason to
+    // exit: a restart loop would only add CrashLoopBackOff's minutes to the outage.
+    let mut wait = Duration::from_secs(1);
+    loop {
+        match controller::check_crds_installed(&client).await {
+            Ok(()) => break,
+            Err(controller::StartCheck::Missing(missing)) => {
+                shutdown.cancel();
+                anyhow::bail!(
+                    "{missing}. Install the operator's CRDs first: `kubectl apply --server-side -k kustomize/base` \
+                     installs everything, `kubectl apply --server-side -f crds/` only the CRDs."
+                );
+            }
+            Err(controller::StartCheck::Unreachable(why)) => {
+                tracing::warn!(retry_in = ?wait, "the API server is not answering yet: {why}");
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = shutdown.cancelled() => return Ok(()),
+                }
+                wait = (wait * 2).min(Duration::from_secs(30));
+            }
+        }
     }
     let mut config = config;
     config.runner_image = resolve_runner_image(&client, &config).await;
@@ -75,32 +93,7 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
     };
 
     if config.leader_elect {
-        let mut leadership = leader::campaign(client, &config).await?;
-        while !*leadership.is_leader.borrow_and_update() {
-            tokio::select! {
-                changed = leadership.is_leader.changed() => changed.context("leader election stopped")?,
-                _ = shutdown.cancelled() => {
-                    leadership.release().await;
-                    return Ok(());
-                }
-            }
-        }
-        info!("became the leader: reconciling");
-        let controllers = controller::run(scope, shutdown.clone());
-        tokio::pin!(controllers);
-        loop {
-            tokio::select! {
-                _ = &mut controllers => break,
-                changed = leadership.is_leader.changed() => {
-                    if changed.is_err() || !*leadership.is_leader.borrow_and_update() {
-                        // Another replica may already be reconciling: stop at once.
-                        error!("lost the leader lease; exiting so that only one replica reconciles");
-                        std::process::exit(1);
-                    }
-                }
-            }
-        }
-        leadership.release().await;
+        lead(client, &config, scope, &shutdown).await;
     } else {
         controller::run(scope, shutdown.clone()).await;
     }
@@ -108,6 +101,76 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
     let _ = http.await;
     info!("stopped");
     Ok(())
+}
+
+/// Reconciles while this replica holds the Lease. Losing it stops every reconcile at once
+/// (another replica may already be reconciling) and campaigns again, in the same process: no
+/// restart, so no CrashLoopBackOff delay before this replica can lead again.
+async fn lead(
+    client: kube::Client,
+    config: &config::Config,
+    scope: controller::Scope,
+    shutdown: &CancellationToken,
+) {
+    let mut wait = Duration::from_secs(1);
+    while !shutdown.is_cancelled() {
+        let mut leadership = match leader::campaign(client.clone(), config).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(retry_in = ?wait, "cannot campaign for the leader lease: {e}");
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = shutdown.cancelled() => return,
+                }
+                wait = (wait * 2).min(Duration::from_secs(30));
+                continue;
+            }
+        };
+        wait = Duration::from_secs(1);
+        loop {
+            // Wait to lead.
+            let stopped = loop {
+                if *leadership.is_leader.borrow_and_update() {
+                    break false;
+                }
+                tokio::select! {
+                    changed = leadership.is_leader.changed() => if changed.is_err() { break true },
+                    _ = shutdown.cancelled() => {
+                        leadership.release().await;
+                        return;
+                    }
+                }
+            };
+            if stopped {
+                tracing::warn!("leader election stopped; campaigning again");
+                break;
+            }
+            info!("became the leader: reconciling");
+            let term = shutdown.child_token();
+            let mut controllers = Box::pin(controller::run(scope.clone(), term.clone()));
+            let lost = loop {
+                tokio::select! {
+                    _ = &mut controllers => break false,
+                    changed = leadership.is_leader.changed() => {
+                        if changed.is_err() || !*leadership.is_leader.borrow_and_update() {
+                            break true;
+                        }
+                    }
+                }
+            };
+            if !lost {
+                leadership.release().await;
+                return;
+            }
+            // Dropping the controllers ends every reconcile at its next await.
+            term.cancel();
+            drop(controllers);
+            error!("lost the leader lease: stopped reconciling; campaigning again");
+            if leadership.is_leader.has_changed().is_err() {
+                break;
+            }
+        }
+    }
 }
 
 /// The runner image: the flag, else the image of the `runner` init container of the operator's

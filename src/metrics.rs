@@ -138,6 +138,16 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Removes the series of a Stack that is gone.
+    pub fn forget_stack(&self, namespace: &str, name: &str) {
+        let labels = StackLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        self.stacks_failing.remove(&labels);
+        self.stacks_reconciling.remove(&labels);
+    }
+
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
@@ -219,5 +229,8 @@ mod tests {
             text.contains("pulumi_operator_reconcile_errors_total{controller=\"stack\"} 1"),
             "{text}"
         );
+        m.forget_stack("ns", "s");
+        let text = m.encode();
+        assert!(!text.contains("name=\"s\""), "{text}");
     }
 }

@@ -253,7 +253,12 @@ pub fn parse_duration(input: &str) -> Result<std::time::Duration, String> {
             fraction = fraction * 10 + u128::from(digit - b'0');
             scale *= 10;
         }
-        value += fraction * unit_nanos / scale;
+        // Checked: a 30-digit number of seconds already fills most of u128.
+        value = fraction
+            .checked_mul(unit_nanos)
+            .map(|f| f / scale)
+            .and_then(|f| value.checked_add(f))
+            .ok_or_else(|| format!("duration {input:?} is out of range"))?;
         total = total
             .checked_add(value)
             .filter(|t| *t <= MAX_NANOS)
@@ -298,6 +303,9 @@ mod tests {
             "-1h",
             "1h-2m",
             "NaNh",
+            "340282366920938463463374607431.9s",
+            "340282366920938463463374607431.999999999999999999h",
+            "999999999999999999999999999999.9ns",
             "infh",
             "1e400h",
             "99999999999999999999999999999999999999h",
@@ -306,6 +314,27 @@ mod tests {
             " 1h",
         ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} should be rejected");
+        }
+    }
+
+    #[test]
+    fn no_input_shape_panics() {
+        // Every length of integer and fraction, with every unit, summed twice: an answer or an
+        // error, never an arithmetic panic.
+        for int_len in 0..=40 {
+            for frac_len in [0, 1, 9, 18, 30] {
+                for unit in ["ns", "us", "ms", "s", "m", "h"] {
+                    let int = "9".repeat(int_len);
+                    let number = if frac_len == 0 {
+                        int
+                    } else {
+                        format!("{int}.{}", "9".repeat(frac_len))
+                    };
+                    let once = format!("{number}{unit}");
+                    let _ = parse_duration(&once);
+                    let _ = parse_duration(&format!("{once}{once}"));
+                }
+            }
         }
     }
 }

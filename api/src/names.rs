@@ -153,6 +153,11 @@ pub const REASON_PREREQUISITE_NOT_SATISFIED: &str = "PrerequisiteNotSatisfied";
 
 /// `Stalled=True`: the spec is invalid.
 pub const REASON_SPEC_INVALID: &str = "SpecInvalid";
+/// Stalled (ours): the operator hit a bug on this object; it retries with backoff.
+pub const REASON_INTERNAL_ERROR: &str = "InternalError";
+/// Stalled (ours), and an Update's failure reason: the operator's administrator does not allow
+/// what the Stack asks for (its namespace, ServiceAccount, pod fields, GitHub API host).
+pub const REASON_NOT_ALLOWED: &str = "NotAllowed";
 /// `Stalled=True`: the program source cannot be resolved.
 pub const REASON_SOURCE_UNAVAILABLE: &str = "SourceUnavailable";
 /// `Stalled=True`: structured config needs a newer Pulumi CLI.

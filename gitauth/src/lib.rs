@@ -285,6 +285,9 @@ impl AuthFlags {
 /// installation token obtained here) and the SSH files. Dropping it removes the files.
 pub struct Session {
     kind: &'static str,
+    /// `host[:port]` of the repository: credentials are given to that host only, never to
+    /// one a redirect leads to.
+    host: Option<String>,
     http: Option<(String, String)>,
     ssh: Option<ssh::SshFiles>,
     redactor: redact::Redactor,
@@ -293,6 +296,25 @@ pub struct Session {
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Session({})", self.kind)
+    }
+}
+
+/// `host[:port]` of `url` (lower case, the port only when written), as git's credential
+/// protocol names it.
+pub fn authority_of(url: &str) -> Option<String> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    let host = parsed.host_str()?.to_ascii_lowercase();
+    Some(match parsed.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host,
+    })
+}
+
+/// Whether a credential request for `asked` is for the repository's own host.
+fn same_host(repository: Option<&str>, asked: Option<&str>) -> bool {
+    match (repository, asked) {
+        (Some(r), Some(a)) => r.eq_ignore_ascii_case(a),
+        _ => false,
     }
 }
 
@@ -307,6 +329,7 @@ impl Session {
         creds.check_url(url)?;
         let mut session = Session {
             kind: creds.kind(),
+            host: authority_of(url),
             http: None,
             ssh: None,
             redactor,
@@ -346,6 +369,7 @@ impl Session {
     pub fn anonymous() -> Session {
         Session {
             kind: "none",
+            host: None,
             http: None,
             ssh: None,
             redactor: redact::Redactor::default(),
@@ -384,6 +408,7 @@ impl Session {
            + 'static {
         let identity = self.http.clone();
         let flags = flags.clone();
+        let host = self.host.clone();
         move |action| match action {
             Action::Erase(_) => {
                 flags.rejected.store(true, Ordering::SeqCst);
@@ -391,6 +416,14 @@ impl Session {
             }
             Action::Get(ctx) => {
                 flags.asked.store(true, Ordering::SeqCst);
+                // gitoxide may hand over only the URL: take the host from it then.
+                let asked = ctx
+                    .host
+                    .clone()
+                    .or_else(|| ctx.url.as_ref().and_then(|u| authority_of(&u.to_string())));
+                if !same_host(host.as_deref(), asked.as_deref()) {
+                    return Ok(None);
+                }
                 Ok(identity
                     .as_ref()
                     .map(|(username, password)| protocol::Outcome {
@@ -481,6 +514,32 @@ pub fn ensure_crypto_provider() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_go_only_to_the_repository_host() {
+        assert_eq!(
+            authority_of("https://Git.Example.com/org/repo.git").as_deref(),
+            Some("git.example.com")
+        );
+        assert_eq!(
+            authority_of("http://127.0.0.1:8080/r.git").as_deref(),
+            Some("127.0.0.1:8080")
+        );
+        let creds = Credentials::Basic {
+            username: "u".into(),
+            password: "canary-pw".into(),
+        };
+        let session = Session::prepare(&creds, "https://git.example.com/org/repo.git").unwrap();
+        let flags = AuthFlags::default();
+        let mut answer = session.credentials_fn(&flags);
+        let ask = |host: &str| Action::get_for_url(format!("https://{host}/org/repo.git"));
+        let given = answer(ask("git.example.com")).unwrap();
+        assert_eq!(given.map(|o| o.identity.password), Some("canary-pw".into()));
+        // A redirect to another host (or port) gets nothing.
+        for other in ["evil.example.net", "git.example.com:8443", "127.0.0.1"] {
+            assert!(answer(ask(other)).unwrap().is_none(), "{other}");
+        }
+    }
 
     fn lookup(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
         move |k| {
@@ -646,7 +705,7 @@ mod tests {
         let s = Session::prepare(&Credentials::token("tok-1"), "https://h/r").unwrap();
         let flags = AuthFlags::default();
         let mut cb = s.credentials_fn(&flags);
-        let ctx = protocol::Context::default();
+        let ctx = protocol::Context::from_url("https://h/r", Default::default());
         let out = cb(Action::Get(ctx.clone())).unwrap().unwrap();
         assert_eq!(out.identity.username, "git");
         assert_eq!(out.identity.password, "tok-1");

@@ -27,9 +27,18 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{info_span, warn, Instrument};
 
+/// Why the operator cannot start yet.
+#[derive(Debug)]
+pub enum StartCheck {
+    /// A CRD is missing: only an administrator can fix it.
+    Missing(String),
+    /// The API server did not answer as expected (starting, overloaded, network): try again.
+    Unreachable(String),
+}
+
 /// Every kind the operator serves, with a short explanation for the install check.
-pub async fn check_crds_installed(client: &kube::Client) -> Result<(), String> {
-    async fn probe<K>(client: &kube::Client) -> Result<(), String>
+pub async fn check_crds_installed(client: &kube::Client) -> Result<(), StartCheck> {
+    async fn probe<K>(client: &kube::Client) -> Result<(), StartCheck>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
     {
@@ -39,13 +48,16 @@ pub async fn check_crds_installed(client: &kube::Client) -> Result<(), String> {
             .await
         {
             Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 404 => Err(format!(
+            Err(kube::Error::Api(e)) if e.code == 404 => Err(StartCheck::Missing(format!(
                 "the CustomResourceDefinition for {}.{}/{} is not installed",
                 K::plural(&()),
                 K::group(&()),
                 K::version(&())
-            )),
-            Err(e) => Err(format!("cannot list {}: {e}", K::plural(&()))),
+            ))),
+            Err(e) => Err(StartCheck::Unreachable(format!(
+                "cannot list {}: {e}",
+                K::plural(&())
+            ))),
         }
     }
     let mut missing = Vec::new();
@@ -55,14 +67,16 @@ pub async fn check_crds_installed(client: &kube::Client) -> Result<(), String> {
         probe::<Workspace>(client).await,
         probe::<Update>(client).await,
     ] {
-        if let Err(e) = result {
-            missing.push(e);
+        match result {
+            Ok(()) => {}
+            Err(StartCheck::Missing(m)) => missing.push(m),
+            Err(unreachable) => return Err(unreachable),
         }
     }
     if missing.is_empty() {
         Ok(())
     } else {
-        Err(missing.join("; "))
+        Err(StartCheck::Missing(missing.join("; ")))
     }
 }
 
@@ -105,7 +119,7 @@ async fn instrumented<K, F, Fut>(
     f: F,
 ) -> Result<Action, Error>
 where
-    K: Resource + ResourceExt,
+    K: Resource<DynamicType = ()> + ResourceExt,
     F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
     Fut: Future<Output = Result<Action, Error>>,
 {
@@ -116,7 +130,30 @@ where
     );
     let span = info_span!("reconcile", controller, object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()));
     let timer = ctx.metrics.reconcile_started(controller);
-    let result = f(obj, ctx.clone()).instrument(span).await;
+    let object = obj.object_ref(&());
+    // A bug triggered by one object's content stays with that object: the panic becomes this
+    // reconcile's error (backed off, reported on the object), never the end of the process.
+    let result = match std::panic::AssertUnwindSafe(f(obj, ctx.clone()).instrument(span))
+        .catch_unwind()
+        .await
+    {
+        Ok(result) => result,
+        Err(panic) => {
+            let what = crate::error::panic_text(panic.as_ref());
+            tracing::error!(controller, namespace = %object.namespace.clone().unwrap_or_default(),
+                            name = %object.name.clone().unwrap_or_default(),
+                            "reconcile panicked: {what}");
+            ctx.publish(
+                &object,
+                kube::runtime::events::EventType::Warning,
+                pulumi_operator_api::names::REASON_INTERNAL_ERROR,
+                "Reconcile",
+                format!("the operator hit an internal error on this object and will retry with backoff: {what}"),
+            )
+            .await;
+            Err(Error::Panicked(what))
+        }
+    };
     timer.finish(result.is_ok());
     if result.is_ok() {
         ctx.succeeded(&key);
@@ -136,11 +173,12 @@ fn error_policy<K: Resource + ResourceExt>(
         let delay = backoff(ctx.failed(&key));
         warn!(controller, namespace = %obj.namespace().unwrap_or_default(), name = %obj.name_any(),
               retry_in = ?delay, "reconcile failed: {error}");
-        Action::requeue(delay)
+        requeue(delay)
     }
 }
 
 /// What the controllers are started with.
+#[derive(Clone)]
 pub struct Scope {
     pub client: kube::Client,
     pub config: crate::config::Config,
@@ -293,10 +331,6 @@ fn run_in(
     // A Stack is reconciled when what it asks for changes, not when its own status does (as
     // PKO's predicates): a reconcile's status write never triggers the next one, so an error
     // after a write backs off instead of looping.
-    let mut seen = SpecChanges::default();
-    let stack_primary = stack_primary.filter(move |s| futures::future::ready(seen.changed(s)));
-    let stack_ctrl =
-        Controller::for_shared_stream(stack_primary, stacks.clone()).with_config(config.clone());
     let ctx = Arc::new(Context::new(
         client.clone(),
         scope.config.clone(),
@@ -310,6 +344,25 @@ fn run_in(
             pods: pods.clone(),
         },
     ));
+    let mut seen = SpecChanges::default();
+    let mut stack_alive = alive(stacks.clone(), ctx.clone(), "stack");
+    let stack_primary = stack_primary.filter(move |s| {
+        let pass = if stack_alive(s) {
+            seen.changed(s)
+        } else {
+            seen.forget(s);
+            false
+        };
+        futures::future::ready(pass)
+    });
+    let stack_ctrl =
+        Controller::for_shared_stream(stack_primary, stacks.clone()).with_config(config.clone());
+    let mut update_alive = alive(updates.clone(), ctx.clone(), "update");
+    let update_primary = update_primary.filter(move |u| futures::future::ready(update_alive(u)));
+    let mut ws_alive = alive(workspaces.clone(), ctx.clone(), "workspace");
+    let ws_primary = ws_primary.filter(move |w| futures::future::ready(ws_alive(w)));
+    let mut program_alive = alive(programs.clone(), ctx.clone(), "program");
+    let program_primary = program_primary.filter(move |p| futures::future::ready(program_alive(p)));
 
     // Program changes re-run the Stacks that use them.
     let stacks_for_programs = stacks.clone();
@@ -374,7 +427,7 @@ fn run_in(
         })
         .graceful_shutdown_on(cancelled(shutdown.clone()))
         .run(
-            |o, c| instrumented("stack", o, c, stack::reconcile),
+            |o, c| instrumented("stack", o, c, stack::reconcile_guarded),
             error_policy::<Stack>("stack"),
             ctx.clone(),
         )
@@ -530,6 +583,45 @@ fn run_in(
     (vec![controllers, drivers], stacks, programs)
 }
 
+/// A filter for a controller's own watch feed: passes the objects still in `store`, and
+/// forgets what is kept about the ones that are gone (failure counts, metric series). The
+/// reflector writes before the feed sends, so a deletion is already out of the store.
+fn alive<K>(
+    store: Store<K>,
+    ctx: Arc<Context>,
+    controller: &'static str,
+) -> impl FnMut(&Arc<K>) -> bool
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    move |obj| {
+        let here = store
+            .get(&ObjectRef::from_obj(obj.as_ref()))
+            .is_some_and(|o| o.uid() == obj.uid());
+        if !here {
+            let named = store.get(&ObjectRef::from_obj(obj.as_ref())).is_some();
+            // A new object of the same name keeps its own series.
+            if !named {
+                ctx.forget(
+                    controller,
+                    &obj.namespace().unwrap_or_default(),
+                    &obj.name_any(),
+                );
+            }
+        }
+        here
+    }
+}
+
+/// Longest requeue: a far-away resync or TTL is re-checked daily instead of overflowing the
+/// timer (a user's `resyncFrequencySeconds` can be as large as i64 allows).
+pub const MAX_REQUEUE: Duration = Duration::from_secs(24 * 3600);
+
+/// `Action::requeue`, bounded by [`MAX_REQUEUE`].
+pub fn requeue(after: Duration) -> Action {
+    Action::requeue(after.min(MAX_REQUEUE))
+}
+
 /// Remembers, per Stack, what a reconcile acts on besides its status: the generation (spec
 /// and deletion), the `pulumi.com/reconciliation-request` annotation, and the finalizers.
 #[derive(Default)]
@@ -537,6 +629,10 @@ struct SpecChanges(std::collections::HashMap<String, String>);
 
 impl SpecChanges {
     /// Whether this version of the Stack differs from the last one seen in what it asks for.
+    fn forget(&mut self, stack: &Stack) {
+        self.0.remove(&stack.uid().unwrap_or_default());
+    }
+
     fn changed(&mut self, stack: &Stack) -> bool {
         let uid = stack.uid().unwrap_or_default();
         if stack.metadata.deletion_timestamp.is_some() && stack.finalizers().is_empty() {

@@ -28,7 +28,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use pulumi_operator_api::names;
@@ -67,6 +67,35 @@ struct Pass<'a> {
     status: StackStatus,
     /// The Stack's resourceVersion after this pass's own writes.
     resource_version: Option<String>,
+}
+
+/// [`reconcile`], with a panic (a bug reached through this Stack's content) turned into a
+/// Stalled condition on this Stack and a backed-off retry: it never ends the process.
+pub async fn reconcile_guarded(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(reconcile(stack.clone(), ctx.clone()))
+        .catch_unwind()
+        .await
+    {
+        Ok(result) => result,
+        Err(panic) => {
+            let what = crate::error::panic_text(panic.as_ref());
+            tracing::error!("reconcile panicked: {what}");
+            let message = format!(
+                "the operator hit an internal error on this Stack (a bug, please report it) and \
+                 will retry with backoff: {what}"
+            );
+            let mut pass = Pass::new(&stack, &ctx)?;
+            pass.stall_once(
+                names::REASON_INTERNAL_ERROR,
+                &message,
+                names::REASON_INTERNAL_ERROR,
+            )
+            .await;
+            pass.save().await?;
+            Err(Error::Panicked(what))
+        }
+    }
 }
 
 pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
@@ -147,8 +176,15 @@ impl<'a> Pass<'a> {
     /// spec to change.
     async fn validate(&mut self) -> Result<Option<Action>> {
         let errors = validate_stack(self.stack);
-        if errors.is_empty() {
+        let refused = crate::source::auth::github_api_policy(self.stack, &self.ctx.policy);
+        if errors.is_empty() && refused.is_ok() {
             return Ok(None);
+        }
+        if let Err(why) = refused {
+            warn!(%why, "not allowed");
+            self.stall_once(names::REASON_NOT_ALLOWED, &why, names::REASON_NOT_ALLOWED)
+                .await;
+            return Ok(Some(Action::await_change()));
         }
         let mut message = join_errors(&errors);
         if self.deleting {
@@ -353,7 +389,7 @@ impl<'a> Pass<'a> {
                     );
                 }
                 // Secrets and remotes are not watched: look again later.
-                Err(Action::requeue(SOURCE_UNAVAILABLE_REQUEUE))
+                Err(crate::controller::requeue(SOURCE_UNAVAILABLE_REQUEUE))
             }
         }
     }
@@ -441,6 +477,14 @@ impl<'a> Pass<'a> {
             }
         }
         let workspace = build_workspace(self.stack, source);
+        if let Err(why) =
+            crate::stack::objects::workspace_policy(&self.ns, &workspace, &self.ctx.policy)
+        {
+            warn!(%why, "not allowed");
+            self.stall_once(names::REASON_NOT_ALLOWED, &why, names::REASON_NOT_ALLOWED)
+                .await;
+            return Ok(crate::controller::requeue(REJECTED_REQUEUE));
+        }
         if !self.deleting {
             if let Some(message) = self.missing_references(&workspace).await? {
                 warn!(%message, "referenced objects missing");
@@ -450,7 +494,7 @@ impl<'a> Pass<'a> {
                     REASON_REFERENCE_NOT_FOUND,
                 )
                 .await;
-                return Ok(Action::requeue(SOURCE_UNAVAILABLE_REQUEUE));
+                return Ok(crate::controller::requeue(SOURCE_UNAVAILABLE_REQUEUE));
             }
         }
         // Names derive from the status as this reconcile sees it (after absorbing).
@@ -474,7 +518,7 @@ impl<'a> Pass<'a> {
         // The claim: written only if the Stack is still the one this decision was made on.
         if !self.save_guarded().await? {
             info!(update = %update_name, "the stack changed since it was read; deciding again");
-            return Ok(Action::requeue(CLAIM_CONFLICT_REQUEUE));
+            return Ok(crate::controller::requeue(CLAIM_CONFLICT_REQUEUE));
         }
         match start_update(self.ctx, &view, &workspace, update).await {
             Ok(()) => {}
@@ -561,7 +605,7 @@ impl<'a> Pass<'a> {
                 self.generation,
                 &self.now,
             );
-            return Ok(Action::requeue(SOURCE_UNAVAILABLE_REQUEUE));
+            return Ok(crate::controller::requeue(SOURCE_UNAVAILABLE_REQUEUE));
         }
         let message = format!(
             "the API server refused the objects of operation {update}: {} (HTTP {}); fix the \
@@ -575,7 +619,7 @@ impl<'a> Pass<'a> {
             names::EVENT_STACK_CONFIG_INVALID,
         )
         .await;
-        Ok(Action::requeue(REJECTED_REQUEUE))
+        Ok(crate::controller::requeue(REJECTED_REQUEUE))
     }
 
     // ---- phase 7: report and writes --------------------------------------------------
@@ -587,21 +631,15 @@ impl<'a> Pass<'a> {
     }
 
     async fn publish(&self, type_: EventType, reason: &str, note: String) {
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(e) = self
-            .ctx
-            .recorder
-            .publish(&event, &self.stack.object_ref(&()))
-            .await
-        {
-            warn!("cannot record event {reason}: {e}");
-        }
+        self.ctx
+            .publish(
+                &self.stack.object_ref(&()),
+                type_,
+                reason,
+                "Reconcile",
+                note,
+            )
+            .await;
     }
 
     /// Writes the status if it changed.

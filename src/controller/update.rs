@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use pulumi_operator_api::plan::{program_config_map_name, Source};
@@ -27,16 +27,8 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 async fn publish(ctx: &Context, update: &Update, type_: EventType, reason: &str, note: String) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: "Run".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &update.object_ref(&())).await {
-        warn!("cannot record event {reason}: {e}");
-    }
+    ctx.publish(&update.object_ref(&()), type_, reason, "Run", note)
+        .await;
 }
 
 async fn write_status(api: &Api<Update>, name: &str, status: &UpdateStatus) -> Result<()> {
@@ -143,7 +135,9 @@ async fn finished(update: &Update, ctx: &Context, ns: &str) -> Result<Action> {
         }
         return Ok(Action::await_change());
     }
-    Ok(Action::requeue(ttl - age + Duration::from_secs(1)))
+    Ok(crate::controller::requeue(
+        ttl - age + Duration::from_secs(1),
+    ))
 }
 
 /// Whether an object is controlled by this Update (its UID, not only its name: an earlier
@@ -224,10 +218,16 @@ async fn fail_before_start(
 }
 
 /// Creates an object of this Update unless it exists. One left by an earlier Update of the
-/// same name (not ours by UID) is deleted and waited for: never adopted.
+/// same name (not ours by UID) is waited for: the garbage collector removes it with that
+/// Update; it is never adopted. Anything else of that name is not the operator's to touch:
+/// the Update fails with a clear message.
 async fn create_owned<K>(api: &Api<K>, obj: &K, update: &Update) -> Result<Created>
 where
-    K: Resource + Clone + Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
 {
     match api.create(&PostParams::default(), obj).await {
         Ok(_) => Ok(Created::Ready),
@@ -235,13 +235,15 @@ where
             let name = obj.meta().name.clone().unwrap_or_default();
             match api.get_opt(&name).await? {
                 Some(existing) if owned_by_update(&existing, update) => Ok(Created::Ready),
-                Some(existing) => {
-                    if existing.meta().deletion_timestamp.is_none() {
-                        warn!(object = %name, "removing a leftover of an earlier Update of the same name");
-                        let _ = api.delete(&name, &DeleteParams::background()).await;
-                    }
+                Some(existing) if left_by_namesake(&existing, update) => {
+                    info!(object = %name, "waiting for a leftover of an earlier Update of the same name to be collected");
                     Ok(Created::Blocked(name))
                 }
+                Some(_) => Ok(Created::Rejected(format!(
+                    "a {} named {name:?} already exists and does not belong to this Update; \
+                     delete or rename it",
+                    K::kind(&())
+                ))),
                 None => Ok(Created::Blocked(name)),
             }
         }
@@ -250,6 +252,15 @@ where
         )),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Whether `obj` belongs to an earlier Update of the same name (another UID).
+fn left_by_namesake<K: Resource>(obj: &K, update: &Update) -> bool {
+    obj.meta().owner_references.iter().flatten().any(|o| {
+        o.kind == "Update"
+            && o.api_version.starts_with("auto.pulumi.com/")
+            && o.name == update.name_any()
+    })
 }
 
 enum Created {
@@ -313,7 +324,7 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
             if Some(&status) != update.status.as_ref() {
                 write_status(&api, &name, &status).await?;
             }
-            return Ok(Action::requeue(LEFTOVER_RETRY));
+            return Ok(crate::controller::requeue(LEFTOVER_RETRY));
         }
         let message = if started {
             "the operation's Job was deleted before it finished; the stack runs the operation again"
@@ -445,7 +456,7 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         }
         Progress::Succeeded { .. } | Progress::Failed { .. } => Ok(Action::await_change()),
         // Re-check waiting pods (image pulls, pods that do not start) even without an event.
-        Progress::Running { .. } => Ok(Action::requeue(Duration::from_secs(
+        Progress::Running { .. } => Ok(crate::controller::requeue(Duration::from_secs(
             STUCK_AFTER_SECONDS as u64 / 4,
         ))),
     }
@@ -554,7 +565,9 @@ async fn start(
         if Some(&status) != update.status.as_ref() {
             write_status(api, &name, &status).await?;
         }
-        return Ok(Started::Done(Action::requeue(Duration::from_secs(10))));
+        return Ok(Started::Done(crate::controller::requeue(
+            Duration::from_secs(10),
+        )));
     };
     let wanted_generation = update
         .annotations()
@@ -564,7 +577,9 @@ async fn start(
     if ws.metadata.generation.unwrap_or(0) < wanted_generation {
         // The cache has not seen the Workspace this Update was made for yet; its watch event
         // triggers this reconcile again.
-        return Ok(Started::Done(Action::requeue(Duration::from_secs(1))));
+        return Ok(Started::Done(crate::controller::requeue(
+            Duration::from_secs(1),
+        )));
     }
     let plan = match build_plan(update, &ws) {
         Ok(p) => p,
@@ -641,6 +656,13 @@ async fn start(
         runner_pull_policy: ctx.config.runner_image_pull_policy.clone(),
     };
     let job = build_job(update, &ws, &cfg, program)?;
+    let pod_spec = serde_json::to_value(job.spec.as_ref().and_then(|s| s.template.spec.as_ref()))?;
+    if let Err(why) = crate::policy::check_pod(ns, &pod_spec, &ctx.policy) {
+        warn!(%why, "operation not allowed");
+        return fail_before_start(ctx, api, update, names::REASON_NOT_ALLOWED, why, now)
+            .await
+            .map(Started::Done);
+    }
     let created = create_owned(
         &Api::<Job>::namespaced(ctx.client.clone(), ns),
         &job,
@@ -678,7 +700,7 @@ async fn blocked_or_rejected(
             Created::Ready => {}
             Created::Blocked(name) => {
                 info!(object = %name, "waiting for a leftover of an earlier Update to be deleted");
-                return Ok(Some(Action::requeue(LEFTOVER_RETRY)));
+                return Ok(Some(crate::controller::requeue(LEFTOVER_RETRY)));
             }
             Created::Rejected(message) => {
                 let message = format!(

@@ -29,7 +29,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodSpec, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use pulumi_operator_api::{names, Stack, Workspace, WorkspaceReclaimPolicy, WorkspaceStatus};
@@ -220,16 +220,14 @@ fn spec_mounts(spec: &PodSpec, claim: &str) -> bool {
 }
 
 async fn publish(ctx: &Context, ws: &Workspace, reason: &str, note: String) {
-    let event = Event {
-        type_: EventType::Normal,
-        reason: reason.into(),
-        note: Some(note),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &ws.object_ref(&())).await {
-        warn!("cannot record event {reason}: {e}");
-    }
+    ctx.publish(
+        &ws.object_ref(&()),
+        EventType::Normal,
+        reason,
+        "Reconcile",
+        note,
+    )
+    .await;
 }
 
 pub async fn reconcile(
@@ -311,14 +309,14 @@ async fn reclaim(
     if operation_pending {
         // The Stack's next status change (the operation's end) triggers us again.
         info!("an operation of the stack is in flight; the retained workspace goes after it");
-        return Ok(Action::requeue(RECLAIM_RETRY));
+        return Ok(crate::controller::requeue(RECLAIM_RETRY));
     }
     let claim_name = cache_claim_name(&ws.name_any());
     let mut action = Action::await_change();
     if let Some(sts) = sts {
         if jobs_mount_claim(&ctx.stores.jobs.state(), ns, &claim_name) {
             info!(claim = %claim_name, "an update Job still mounts the cache; the workspace goes after it");
-            return Ok(Action::requeue(RECLAIM_RETRY));
+            return Ok(crate::controller::requeue(RECLAIM_RETRY));
         }
         let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), ns);
         match api
@@ -344,7 +342,7 @@ async fn reclaim(
     if claim.is_some() {
         if pods_mount_claim(&ctx.stores.pods.state(), ns, &claim_name) {
             info!(claim = %claim_name, "finished update pods still reference the cache claim; deleting it once they are gone");
-            action = Action::requeue(CLAIM_RETRY);
+            action = crate::controller::requeue(CLAIM_RETRY);
         } else {
             let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
             match api.delete(&claim_name, &DeleteParams::background()).await {
@@ -396,7 +394,7 @@ async fn retain(
         Ok(p) => p,
         Err(message) => {
             warn!(%message, "cannot build the retained workspace");
-            return Ok((problem(message), Action::requeue(PROGRAM_RETRY)));
+            return Ok((problem(message), crate::controller::requeue(PROGRAM_RETRY)));
         }
     };
     let cfg = JobConfig {
@@ -469,7 +467,7 @@ async fn retain(
                         ready: false,
                         problem: None,
                     },
-                    Action::requeue(MIGRATE_RETRY),
+                    crate::controller::requeue(MIGRATE_RETRY),
                 ));
             }
             Err(e) => return Err(e.into()),

@@ -386,6 +386,22 @@ pub fn workspace_git_auth(git: &GitSource) -> Option<WorkspaceGitAuth> {
     (auth != WorkspaceGitAuth::default()).then_some(auth)
 }
 
+/// Whether the operator may exchange this Stack's GitHub App credentials at its GitHub API
+/// URL (only checked when the Stack uses a GitHub App).
+pub fn github_api_policy(stack: &Stack, policy: &crate::policy::Policy) -> Result<(), String> {
+    let uses_app = stack
+        .spec
+        .git
+        .git_auth
+        .as_ref()
+        .is_some_and(|a| a.github_app.is_some());
+    if !uses_app {
+        return Ok(());
+    }
+    crate::policy::check_github_api_url(&github_api_url(stack), policy)
+        .map_err(|e| format!("annotation {GITHUB_API_URL_ANNOTATION}: {e}"))
+}
+
 /// The Workspace annotation recording a non-default GitHub API URL for a Stack that uses a
 /// GitHub App (the Job's `fetch` container gets it as `GITHUB_API_URL`).
 pub fn workspace_annotations(stack: &Stack) -> Option<(String, String)> {

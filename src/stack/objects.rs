@@ -294,6 +294,24 @@ fn workspace_source(
     }
 }
 
+/// Whether the operator's administrator allows the pods this Workspace asks for in `namespace`
+/// (checked on the Stack before an operation is claimed; every Job is checked again).
+pub fn workspace_policy(
+    namespace: &str,
+    ws: &Workspace,
+    policy: &crate::policy::Policy,
+) -> Result<(), String> {
+    let mut pod = json!({
+        "serviceAccountName": ws.spec.service_account_name.clone()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| names::DEFAULT_SERVICE_ACCOUNT.into()),
+    });
+    if let Some(user) = ws.spec.pod_template.as_ref().and_then(|t| t.spec.as_ref()) {
+        crate::merge::merge(&mut pod, user);
+    }
+    crate::policy::check_pod(namespace, &pod, policy)
+}
+
 /// The Workspace of a Stack: image, identity, environment, source at the resolved revision,
 /// the stack's configuration, and the user's `workspaceTemplate` on top.
 pub fn build_workspace(stack: &Stack, source: &ResolvedSource) -> Workspace {
