@@ -20,6 +20,21 @@ pub enum Error {
     Panicked(String),
 }
 
+impl Error {
+    /// Whether retrying cannot help by itself (the object or the cluster must change): the
+    /// object then shows the error instead of only the operator's log.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Error::Kube(kube::Error::Api(e)) => {
+                (400..500).contains(&e.code) && !matches!(e.code, 404 | 409 | 429)
+            }
+            Error::Kube(kube::Error::BuildRequest(_)) => true,
+            Error::Kube(_) => false,
+            Error::Json(_) | Error::Yaml(_) | Error::MissingField(_) | Error::Panicked(_) => true,
+        }
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The message of a caught panic.

@@ -155,6 +155,9 @@ pub const REASON_PREREQUISITE_NOT_SATISFIED: &str = "PrerequisiteNotSatisfied";
 pub const REASON_SPEC_INVALID: &str = "SpecInvalid";
 /// Stalled (ours): the operator hit a bug on this object; it retries with backoff.
 pub const REASON_INTERNAL_ERROR: &str = "InternalError";
+/// Stalled (ours): a reconcile failed in a way retrying alone cannot fix; it is retried with
+/// backoff and the message says what failed.
+pub const REASON_RECONCILE_FAILED: &str = "ReconcileFailed";
 /// Stalled (ours), and an Update's failure reason: the operator's administrator does not allow
 /// what the Stack asks for (its namespace, ServiceAccount, pod fields, GitHub API host).
 pub const REASON_NOT_ALLOWED: &str = "NotAllowed";

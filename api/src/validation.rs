@@ -201,6 +201,77 @@ fn is_blank(value: &Option<String>) -> bool {
     value.as_deref().is_none_or(|v| v.trim().is_empty())
 }
 
+/// Why `name` is not a valid Kubernetes object name (a DNS subdomain: lower-case letters,
+/// digits, '-' and '.', at most 253 characters, starting and ending with a letter or digit).
+pub fn object_name_problem(name: &str) -> Option<String> {
+    let valid_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    let ends = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    let bytes = name.as_bytes();
+    if name.is_empty()
+        || name.len() > 253
+        || !valid_chars
+        || !ends(bytes.first())
+        || !ends(bytes.last())
+    {
+        let shown: String = name.chars().take(80).collect();
+        return Some(format!(
+            "{shown:?} is not a valid object name (lower-case letters, digits, '-' and '.', \
+             at most 253 characters, in this namespace)"
+        ));
+    }
+    None
+}
+
+/// Why a repository URL cannot be used: only network transports (https, http, ssh, git, and
+/// scp-like `user@host:path`) are; a local path or `file://` would read the operator's own
+/// file system.
+pub fn repo_url_problem(url: &str) -> Option<String> {
+    let url = url.trim();
+    let lower = url.to_ascii_lowercase();
+    if [
+        "https://",
+        "http://",
+        "ssh://",
+        "git://",
+        "git+ssh://",
+        "ssh+git://",
+    ]
+    .iter()
+    .any(|p| lower.starts_with(p))
+    {
+        return None;
+    }
+    // scp-like: `[user@]host:path`, the host before the first ':' and no '/' before it.
+    if let Some((host, path)) = url.split_once(':') {
+        // Not `ext::…` or `fd::…` (git's command transports), nor anything with spaces.
+        if !host.is_empty()
+            && !host.contains(['/', ' '])
+            && !path.starts_with(':')
+            && !lower.contains("://")
+        {
+            return None;
+        }
+    }
+    Some(format!(
+        "unsupported repository URL {url:?}: use https://, http://, ssh://, git:// or user@host:path"
+    ))
+}
+
+/// Why a `repoDir` cannot be used: it must stay inside the repository.
+pub fn repo_dir_problem(dir: &str) -> Option<String> {
+    if dir.starts_with('/') || dir.split(['/', '\\']).any(|part| part == "..") {
+        return Some(format!(
+            "{dir:?} must be a relative path inside the repository (no leading '/', no '..')"
+        ));
+    }
+    if dir.contains('\0') {
+        return Some("must not contain NUL".into());
+    }
+    None
+}
+
 fn is_full_sha(commit: &str) -> bool {
     (commit.len() == 40 || commit.len() == 64) && commit.bytes().all(|b| b.is_ascii_hexdigit())
 }
@@ -235,6 +306,20 @@ impl Validator<'_> {
         if let Some(program) = &spec.program_ref {
             if program.name.trim().is_empty() {
                 self.error("spec.programRef.name", "must name a Program");
+            } else {
+                self.object_name("spec.programRef.name", &program.name);
+            }
+        }
+        for (i, secret) in spec.env_secrets.iter().flatten().enumerate() {
+            self.object_name(&format!("spec.envSecrets[{i}]"), secret);
+        }
+        for (field, value) in [
+            ("spec.accessTokenSecret", &spec.access_token_secret),
+            ("spec.gitAuthSecret", &spec.git.git_auth_secret),
+            ("spec.serviceAccountName", &spec.service_account_name),
+        ] {
+            if let Some(v) = value.as_deref().filter(|v| !v.is_empty()) {
+                self.object_name(field, v);
             }
         }
 
@@ -264,6 +349,8 @@ impl Validator<'_> {
             for (key, r) in map.iter().flatten() {
                 if r.name.trim().is_empty() {
                     self.error(format!("{field}.{key}.name"), "must name a ConfigMap");
+                } else {
+                    self.object_name(&format!("{field}.{key}.name"), &r.name);
                 }
                 if r.key.trim().is_empty() {
                     self.error(
@@ -296,6 +383,11 @@ impl Validator<'_> {
     fn git(&mut self, git: &GitSource) {
         if is_blank(&git.project_repo) {
             self.error("spec.projectRepo", "missing \"projectRepo\"");
+        } else if let Some(why) = git.project_repo.as_deref().and_then(repo_url_problem) {
+            self.error("spec.projectRepo", why);
+        }
+        if let Some(why) = git.repo_dir.as_deref().and_then(repo_dir_problem) {
+            self.error("spec.repoDir", why);
         }
         match (is_blank(&git.commit), is_blank(&git.branch)) {
             (true, true) => self.error("spec", "missing \"commit\" or \"branch\""),
@@ -423,6 +515,13 @@ impl Validator<'_> {
         }
     }
 
+    /// A name the operator will GET: what the API server accepts as an object name.
+    fn object_name(&mut self, field: &str, name: &str) {
+        if let Some(why) = object_name_problem(name) {
+            self.error(field, why);
+        }
+    }
+
     fn secret_ref(&mut self, field: &str, r: &ResourceRef) {
         let Some(secret) = &r.secret else {
             self.error(
@@ -433,6 +532,8 @@ impl Validator<'_> {
         };
         if secret.name.trim().is_empty() {
             self.error(format!("{field}.secret.name"), "must name a Secret");
+        } else {
+            self.object_name(&format!("{field}.secret.name"), &secret.name);
         }
         if secret.key.trim().is_empty() {
             self.error(
@@ -531,6 +632,50 @@ mod tests {
     };
 
     const SHA: &str = "2b0889718d3e63feeb6079ccd5e4488d8601e353";
+
+    #[test]
+    fn repositories_are_reached_over_the_network_and_repo_dirs_stay_inside() {
+        for ok in [
+            "https://github.com/org/repo",
+            "http://127.0.0.1:8080/app.git",
+            "ssh://git@github.com/org/repo.git",
+            "git@github.com:org/repo.git",
+            "git://example.com/repo",
+        ] {
+            assert_eq!(repo_url_problem(ok), None, "{ok}");
+        }
+        for bad in [
+            "file:///etc",
+            "/var/lib/repo",
+            "./repo",
+            "ext::sh -c touch% /tmp/pwned",
+            "fd::17",
+        ] {
+            assert!(repo_url_problem(bad).is_some(), "{bad}");
+        }
+        for ok in ["pulumi", "db-admin", "a.b-c9"] {
+            assert_eq!(object_name_problem(ok), None, "{ok}");
+        }
+        let long = "a".repeat(254);
+        for bad in [
+            "",
+            "../kube-system/admin",
+            "A",
+            "-x",
+            "x-",
+            "a b",
+            "ns/name",
+            long.as_str(),
+        ] {
+            assert!(object_name_problem(bad).is_some(), "{bad}");
+        }
+        for ok in ["infra", "a/b/c", "a..b/c", ".hidden"] {
+            assert_eq!(repo_dir_problem(ok), None, "{ok}");
+        }
+        for bad in ["/etc", "../x", "a/../../b", "a/..", "..\\x"] {
+            assert!(repo_dir_problem(bad).is_some(), "{bad}");
+        }
+    }
 
     fn git_spec() -> StackSpec {
         StackSpec {

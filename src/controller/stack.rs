@@ -77,6 +77,22 @@ pub async fn reconcile_guarded(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<A
         .catch_unwind()
         .await
     {
+        Ok(Err(e)) if e.is_permanent() => {
+            // Retried with backoff all the same; the Stack says why meanwhile.
+            let message =
+                format!("the operator cannot process this Stack and will retry with backoff: {e}");
+            let mut pass = Pass::new(&stack, &ctx)?;
+            pass.stall_once(
+                names::REASON_RECONCILE_FAILED,
+                &message,
+                names::REASON_RECONCILE_FAILED,
+            )
+            .await;
+            if let Err(write) = pass.save().await {
+                warn!("cannot report the failure on the Stack: {write}");
+            }
+            Err(e)
+        }
         Ok(result) => result,
         Err(panic) => {
             let what = crate::error::panic_text(panic.as_ref());
