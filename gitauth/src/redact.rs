@@ -1,7 +1,7 @@
 //! Keeping credentials out of messages: URL user-info ([`urls`]) and known secret values in
 //! every spelling a program is likely to print them in ([`Redactor`]).
 
-use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
+use aho_corasick::{AhoCorasick, MatchKind};
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 use base64::Engine;
 use std::collections::BTreeSet;
@@ -191,17 +191,12 @@ impl Redactor {
                 if self.needles.is_empty() {
                     return None;
                 }
-                // Standard semantics: overlapping matches are all reported and merged.
+                // Standard semantics: overlapping matches are all reported and merged. The
+                // automaton kind is left to the crate: a full DFA of many long spellings (a
+                // PEM's) would cost the user's container tens of megabytes.
                 AhoCorasick::builder()
                     .match_kind(MatchKind::Standard)
-                    .kind(Some(AhoCorasickKind::DFA))
                     .build(&self.needles)
-                    .or_else(|_| {
-                        // Too many spellings for a DFA: the slower automaton is fine.
-                        AhoCorasick::builder()
-                            .match_kind(MatchKind::Standard)
-                            .build(&self.needles)
-                    })
                     .ok()
             })
             .as_ref()
