@@ -200,16 +200,19 @@ where
         if capture && captured.len() < MAX_CAPTURE {
             captured.extend_from_slice(chunk);
         }
+        // Only the new bytes can end a line: the pending ones were searched before.
+        let mut searched = pending.len();
         pending.extend_from_slice(chunk);
         let mut ready: Vec<u8> = Vec::new();
         let mut line_start = 0;
-        while let Some(pos) = pending[line_start..].iter().position(|&b| b == b'\n') {
-            let end = line_start + pos;
+        while let Some(offset) = pending[searched..].iter().position(|&b| b == b'\n') {
+            let end = searched + offset;
             let line = mask_bytes(&redactor, &pending[line_start..end]);
             observed.line(stream, &String::from_utf8_lossy(&line));
             ready.extend_from_slice(&line);
             ready.push(b'\n');
             line_start = end + 1;
+            searched = line_start;
         }
         pending.drain(..line_start);
         if pending.len() >= MAX_LINE {
