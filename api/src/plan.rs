@@ -27,8 +27,17 @@ pub const SOURCE_DIR: &str = "/share/source";
 pub const WORKSPACE_DIR: &str = "/share/workspace";
 /// Where the bootstrap container puts the runner binary.
 pub const RUNNER_BINARY: &str = "/share/pulumi-runner";
+/// Where the Secrets the `pulumi` container takes whole as environment (`envFrom`) are also
+/// mounted, one directory each ([`secret_env_dir`]), so that the runner knows their values
+/// and can mask them in everything it prints.
+pub const SECRET_ENV_ROOT: &str = "/var/run/pulumi-operator/env-secrets";
 /// Kubernetes caps termination messages at 4096 bytes.
 pub const MAX_RESULT_BYTES: usize = 4096;
+
+/// The mount directory of the `index`-th Secret used as `envFrom` (see [`SECRET_ENV_ROOT`]).
+pub fn secret_env_dir(index: usize) -> String {
+    format!("{SECRET_ENV_ROOT}/{index}")
+}
 
 /// The name of the plan Secret of an Update.
 pub fn plan_secret_name(update: &str) -> String {
@@ -180,6 +189,14 @@ pub struct RunPlan {
     /// How this operation's locks are recognised (absent in a [`WorkspacePlan`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock_holder: Option<LockHolder>,
+    /// Names (never values) of the `pulumi` container's environment variables whose values
+    /// come from Secrets (`secretKeyRef`): the runner masks their values in its output.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_env: Vec<String>,
+    /// Directories where Secrets used whole as environment (`envFrom`) are mounted: the runner
+    /// masks every value in them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_env_dirs: Vec<String>,
 }
 
 /// The identity Pulumi records in the locks an operation takes (`user@host (pid N)`): the
@@ -362,9 +379,19 @@ impl RunResult {
                 }
                 result.message.truncate(cut);
                 result.message.push_str("...");
-            } else if result.summary.take().is_none() {
-                result.permalink = None;
-                result.project = None;
+            } else if result.summary.take().is_some()
+                || result.permalink.take().is_some()
+                || result.project.take().is_some()
+            {
+                // Dropped the least useful details first.
+            } else if result.stale_locks_cleared.pop().is_some() {
+                // Each lock line is short; at most a few are ever cleared.
+            } else if !result.message.is_empty() {
+                result.message.clear();
+            } else if result.outputs.take().is_none() {
+                // Nothing left to drop (cannot happen with the fields above, but never loop).
+                return serde_json::json!({"outcome": result.outcome, "reason": result.reason})
+                    .to_string();
             }
         }
     }
@@ -406,6 +433,8 @@ mod tests {
             outputs_labels: BTreeMap::new(),
             pulumi_log_level: None,
             lock_holder: None,
+            secret_env: vec!["PULUMI_ACCESS_TOKEN".into()],
+            secret_env_dirs: vec![secret_env_dir(0)],
         };
         let text = serde_json::to_string(&plan).unwrap();
         assert!(text.contains(r#""kind":"git""#), "{text}");
@@ -434,6 +463,8 @@ mod tests {
                 outputs_labels: BTreeMap::new(),
                 pulumi_log_level: None,
                 lock_holder: None,
+                secret_env: Vec::new(),
+                secret_env_dirs: Vec::new(),
             },
             workspace: RetainedWorkspace {
                 name: "app".into(),
@@ -467,5 +498,20 @@ mod tests {
         assert!(back.message.ends_with("..."));
         assert!(text.contains(r#""reason":"UpdateFailed""#));
         assert!(RunResult::from_termination_message("not json").is_none());
+    }
+
+    #[test]
+    fn oversized_details_are_dropped_until_the_result_fits() {
+        let mut r = RunResult::failed(FailureReason::UpdateFailed, "\u{1}".repeat(60));
+        r.stale_locks_cleared = (0..500)
+            .map(|i| format!("runner@pulumi-abc-{i} (pid {i}) at 2026-01-01"))
+            .collect();
+        r.permalink = Some(format!("https://app.pulumi.com/{}", "p".repeat(5000)));
+        let text = r.to_termination_message();
+        assert!(text.len() <= MAX_RESULT_BYTES, "{}", text.len());
+        let back = RunResult::from_termination_message(&text).unwrap();
+        assert_eq!(back.reason, Some(FailureReason::UpdateFailed));
+        assert!(back.permalink.is_none());
+        assert!(!back.stale_locks_cleared.is_empty());
     }
 }

@@ -127,6 +127,22 @@ fn secret_leaves(value: &Value) -> Vec<(String, String)> {
     out
 }
 
+/// Remembers a secret value in `redactor`: a string as it is, a structured value as its JSON
+/// and each of its leaves.
+pub fn remember_secret_value(redactor: &mut Redactor, value: &Value) {
+    match value {
+        Value::String(s) => {
+            redactor.add(s);
+        }
+        other => {
+            redactor.add(&other.to_string());
+            for (_, leaf) in secret_leaves(other) {
+                redactor.add(&leaf);
+            }
+        }
+    }
+}
+
 /// Resolves every item, in order. Secret values are remembered in `redactor`.
 pub fn resolve(
     items: &[ConfigItem],
@@ -203,15 +219,7 @@ pub fn resolve(
             )));
         }
         if secret {
-            match &value {
-                Value::String(s) => redactor.add(s),
-                other => {
-                    redactor.add(&other.to_string());
-                    for (_, leaf) in secret_leaves(other) {
-                        redactor.add(&leaf);
-                    }
-                }
-            }
+            remember_secret_value(redactor, &value);
         }
         out.push(Resolved {
             key: namespaced(key, project),

@@ -1,15 +1,18 @@
-//! Running `pulumi`: its stdout and stderr pass through to the runner's, byte for byte and at
-//! once, while every line is observed for classification (and the permalink); signals to the
-//! runner are forwarded to Pulumi as SIGINT.
+//! Running `pulumi`: its stdout and stderr pass through to the runner's line by line, with
+//! known secret values masked (`crate::redact`), while every line is observed for
+//! classification (and the permalink); signals to the runner are forwarded to Pulumi as
+//! SIGINT.
 
 use crate::classify::{Observed, Stream};
 use crate::error::Failure;
 use crate::pulumi::{Invocation, BASE_ENV};
+use crate::redact::{mask_bytes, Redactor};
 use crate::report::log;
 use crate::signals::{self, Signals};
 use pulumi_operator_api::plan::FailureReason;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -101,14 +104,26 @@ impl Runner {
                 let _ = stdin.shutdown().await;
             });
         }
+        let redactor = crate::redact::current();
         let out = child.stdout.take().map(|r| {
             let sink = (!inv.capture_stdout).then(tokio::io::stdout);
-            tokio::spawn(pump(r, Stream::Stdout, sink, inv.capture_stdout))
+            tokio::spawn(pump(
+                r,
+                Stream::Stdout,
+                sink,
+                inv.capture_stdout,
+                Arc::clone(&redactor),
+            ))
         });
-        let err = child
-            .stderr
-            .take()
-            .map(|r| tokio::spawn(pump(r, Stream::Stderr, Some(tokio::io::stderr()), false)));
+        let err = child.stderr.take().map(|r| {
+            tokio::spawn(pump(
+                r,
+                Stream::Stderr,
+                Some(tokio::io::stderr()),
+                false,
+                Arc::clone(&redactor),
+            ))
+        });
 
         let mut forwarded = 0usize;
         let status = loop {
@@ -156,13 +171,17 @@ impl Runner {
     }
 }
 
-/// Copies `src` to `sink` chunk by chunk (flushing each), observing lines; keeps the bytes
-/// when `capture`.
+/// Copies `src` to `sink` line by line, masked with `redactor` (flushing after each read),
+/// observing the masked lines; keeps the raw bytes when `capture` (captured stdout is parsed,
+/// never printed). Masking works on complete lines so that a secret split across two reads is
+/// still recognised; a line longer than [`MAX_LINE`] is let go in pieces cut where no secret
+/// can be split ([`Redactor::safe_prefix`]).
 async fn pump<R, W>(
     mut src: R,
     stream: Stream,
     mut sink: Option<W>,
     capture: bool,
+    redactor: Arc<Redactor>,
 ) -> (Observed, Vec<u8>)
 where
     R: AsyncRead + Unpin,
@@ -170,7 +189,7 @@ where
 {
     let mut observed = Observed::default();
     let mut captured = Vec::new();
-    let mut line: Vec<u8> = Vec::new();
+    let mut pending: Vec<u8> = Vec::new();
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let n = match src.read(&mut buf).await {
@@ -178,28 +197,48 @@ where
             Ok(n) => n,
         };
         let chunk = &buf[..n];
+        if capture && captured.len() < MAX_CAPTURE {
+            captured.extend_from_slice(chunk);
+        }
+        // Only the new bytes can end a line: the pending ones were searched before.
+        let mut searched = pending.len();
+        pending.extend_from_slice(chunk);
+        let mut ready: Vec<u8> = Vec::new();
+        let mut line_start = 0;
+        while let Some(offset) = pending[searched..].iter().position(|&b| b == b'\n') {
+            let end = searched + offset;
+            let line = mask_bytes(&redactor, &pending[line_start..end]);
+            observed.line(stream, &String::from_utf8_lossy(&line));
+            ready.extend_from_slice(&line);
+            ready.push(b'\n');
+            line_start = end + 1;
+            searched = line_start;
+        }
+        pending.drain(..line_start);
+        if pending.len() >= MAX_LINE {
+            let cut = redactor.safe_prefix(&pending);
+            if cut > 0 {
+                let piece = mask_bytes(&redactor, &pending[..cut]);
+                observed.line(stream, &String::from_utf8_lossy(&piece));
+                ready.extend_from_slice(&piece);
+                pending.drain(..cut);
+            }
+        }
         if let Some(w) = sink.as_mut() {
-            if w.write_all(chunk).await.is_err() || w.flush().await.is_err() {
+            if !ready.is_empty() && (w.write_all(&ready).await.is_err() || w.flush().await.is_err())
+            {
                 // Our own stdout is gone; keep draining so that Pulumi does not block.
                 sink = None;
             }
         }
-        if capture && captured.len() < MAX_CAPTURE {
-            captured.extend_from_slice(chunk);
-        }
-        for &b in chunk {
-            if b == b'\n' || line.len() >= MAX_LINE {
-                observed.line(stream, &String::from_utf8_lossy(&line));
-                line.clear();
-                if b == b'\n' {
-                    continue;
-                }
-            }
-            line.push(b);
-        }
     }
-    if !line.is_empty() {
+    if !pending.is_empty() {
+        let line = mask_bytes(&redactor, &pending);
         observed.line(stream, &String::from_utf8_lossy(&line));
+        if let Some(w) = sink.as_mut() {
+            let _ = w.write_all(&line).await;
+            let _ = w.flush().await;
+        }
     }
     (observed, captured)
 }
@@ -212,10 +251,58 @@ mod tests {
     async fn pump_passes_bytes_through_and_observes_lines() {
         let input: &[u8] = b"View Live: https://x/1\n\x1b[31merror:\x1b[0m boom\r\npartial";
         let mut sink: Vec<u8> = Vec::new();
-        let (seen, captured) = pump(input, Stream::Stdout, Some(&mut sink), true).await;
+        let (seen, captured) = pump(
+            input,
+            Stream::Stdout,
+            Some(&mut sink),
+            true,
+            Arc::new(Redactor::default()),
+        )
+        .await;
         assert_eq!(sink, input);
         assert_eq!(captured, input);
         assert_eq!(seen.permalink.as_deref(), Some("https://x/1"));
         assert_eq!(seen.error_summary(), "boom");
     }
+
+    /// Reads one byte at a time: every secret spans read boundaries.
+    struct Trickle<'a>(&'a [u8]);
+
+    impl AsyncRead for Trickle<'_> {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            if let Some((first, rest)) = self.0.split_first() {
+                buf.put_slice(&[*first]);
+                self.0 = rest;
+            }
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn pump_masks_secrets_split_across_reads_and_in_long_lines() {
+        let mut r = Redactor::default();
+        r.add("canary-pump-secret");
+        let r = Arc::new(r);
+        let mut input = b"error: canary-pump-secret rejected\n".to_vec();
+        // A line longer than MAX_LINE with the secret around the point where it is cut.
+        input.extend(std::iter::repeat_n(b'x', MAX_LINE - 5));
+        input.extend_from_slice(b"canary-pump-secret and more\n");
+        input.extend_from_slice(b"last canary-pump-secret");
+        let mut sink: Vec<u8> = Vec::new();
+        let (seen, captured) =
+            pump(Trickle(&input), Stream::Stderr, Some(&mut sink), false, r).await;
+        assert!(captured.is_empty());
+        let out = String::from_utf8(sink).unwrap();
+        assert!(!out.contains("canary-pump-secret"), "leaked");
+        assert_eq!(out.matches(MASK_TEXT).count(), 3);
+        assert!(out.starts_with("error: [secret] rejected\n"));
+        assert!(out.ends_with("last [secret]"));
+        assert!(!seen.error_summary().contains("canary-pump-secret"));
+    }
+
+    const MASK_TEXT: &str = crate::redact::MASK;
 }

@@ -4,7 +4,7 @@ use clap::{Parser, Subcommand};
 use pulumi_operator_api::plan::{PLAN_FILE, RUNNER_BINARY};
 use pulumi_runner::plan::{Layout, DEFAULT_SHARE};
 use pulumi_runner::report::{self, DEFAULT_RESULT_FILE};
-use pulumi_runner::{bootstrap, fetch, plan, run, signals};
+use pulumi_runner::{bootstrap, fetch, plan, redact, run, signals};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -70,10 +70,14 @@ fn main() -> ExitCode {
         }
         Command::Fetch(common) => match plan::load(&common.plan) {
             Ok(p) => {
+                redact::install(Some(&p));
                 signals::exit_on_termination();
                 fetch::fetch(&p, &Layout::new(&common.share)).unwrap_or_else(|f| f.into_result())
             }
-            Err(f) => f.into_result(),
+            Err(f) => {
+                redact::install(None);
+                f.into_result()
+            }
         },
         Command::Workspace { check, common } => {
             let layout = Layout::new(&common.share);
@@ -81,13 +85,25 @@ fn main() -> ExitCode {
                 return workspace::check(&layout);
             }
             match workspace::load(&common.plan) {
-                Ok(p) => workspace_async(&p, &layout),
-                Err(f) => f.into_result(),
+                Ok(p) => {
+                    redact::install(Some(&p.plan));
+                    workspace_async(&p, &layout)
+                }
+                Err(f) => {
+                    redact::install(None);
+                    f.into_result()
+                }
             }
         }
         Command::Run(common) => match plan::load(&common.plan) {
-            Ok(p) => run_async(&p, &Layout::new(&common.share)),
-            Err(f) => f.into_result(),
+            Ok(p) => {
+                redact::install(Some(&p));
+                run_async(&p, &Layout::new(&common.share))
+            }
+            Err(f) => {
+                redact::install(None);
+                f.into_result()
+            }
         },
     };
     report::finish(&cli.result_file, &result)

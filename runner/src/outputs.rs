@@ -3,6 +3,7 @@
 //! `pulumi.com/secrets` = sorted JSON array of the secret keys, owned by the Update.
 
 use crate::error::Failure;
+use crate::redact::Redactor;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::ByteString;
@@ -58,6 +59,26 @@ impl StackOutputs {
 
     pub fn is_empty(&self) -> bool {
         self.values.is_empty()
+    }
+
+    /// Marks as secret the outputs whose value holds a value `redactor` masks; returns their
+    /// names.
+    pub fn mark_known_secrets(&mut self, redactor: &Redactor) -> Vec<String> {
+        let mut marked = Vec::new();
+        for (name, value) in &self.values {
+            if self.secret.contains(name) {
+                continue;
+            }
+            let text = match value {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            if redactor.apply(&text) != text {
+                marked.push(name.clone());
+            }
+        }
+        self.secret.extend(marked.iter().cloned());
+        marked
     }
 }
 
@@ -226,6 +247,8 @@ mod tests {
             outputs_labels: BTreeMap::from([("pulumi.com/stack-name".into(), "s".into())]),
             pulumi_log_level: None,
             lock_holder: None,
+            secret_env: Vec::new(),
+            secret_env_dirs: Vec::new(),
         }
     }
 
@@ -243,6 +266,25 @@ mod tests {
         assert!(!format!("{o:?}").contains("hunter2"));
         let e = StackOutputs::parse(b"{}", b"{\"pw\": hunter2").unwrap_err();
         assert!(!e.contains("hunter2"));
+    }
+
+    #[test]
+    fn outputs_holding_known_secrets_become_secret() {
+        let masked = br#"{"url": "http://x", "dsn": "postgres://u:canary-out-pw@db/x", "nested": {"k": "canary-out-pw"}, "n": 3}"#;
+        let mut o = StackOutputs::parse(masked, masked).unwrap();
+        assert!(o.secret.is_empty());
+        let mut r = Redactor::default();
+        r.add("canary-out-pw");
+        assert_eq!(o.mark_known_secrets(&r), ["dsn", "nested"]);
+        assert_eq!(
+            o.secret,
+            BTreeSet::from(["dsn".to_string(), "nested".to_string()])
+        );
+        let s = build_secret(&plan(), &o);
+        assert_eq!(
+            s.metadata.annotations.as_ref().unwrap()[SECRETS_ANNOTATION],
+            r#"["dsn","nested"]"#
+        );
     }
 
     #[test]

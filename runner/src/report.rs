@@ -9,16 +9,32 @@ use std::process::ExitCode;
 /// The default termination-message file of a Kubernetes container.
 pub const DEFAULT_RESULT_FILE: &str = "/dev/termination-log";
 
-/// Prints one line of the runner's own on stderr.
+/// Prints one line of the runner's own on stderr, with known secret values masked.
 pub fn log(message: impl AsRef<str>) {
+    let line = crate::redact::mask(message.as_ref());
     let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "pulumi-runner: {}", message.as_ref());
+    let _ = writeln!(err, "pulumi-runner: {line}");
     let _ = err.flush();
 }
 
-/// Writes the result to the termination-message file, logs it, and returns the exit code:
-/// 0 on success, 1 on failure.
+/// The result with known secret values masked in every text it carries (the operator copies
+/// them into statuses and Events).
+pub fn masked(result: &RunResult) -> RunResult {
+    let mask = crate::redact::mask;
+    let mut r = result.clone();
+    r.message = mask(&r.message);
+    r.permalink = r.permalink.as_deref().map(mask);
+    r.outputs = r.outputs.as_deref().map(mask);
+    for lock in &mut r.stale_locks_cleared {
+        *lock = mask(lock);
+    }
+    r
+}
+
+/// Writes the result (masked, and cut to what a termination message may hold) to the
+/// termination-message file, logs it, and returns the exit code: 0 on success, 1 on failure.
 pub fn finish(result_file: &Path, result: &RunResult) -> ExitCode {
+    let result = &masked(result);
     let text = result.to_termination_message();
     if let Err(e) = std::fs::write(result_file, text.as_bytes()) {
         log(format!(
@@ -82,6 +98,30 @@ mod tests {
         let back =
             RunResult::from_termination_message(&std::fs::read_to_string(&file).unwrap()).unwrap();
         assert_eq!(back.outcome, Outcome::Succeeded);
+    }
+
+    #[test]
+    fn the_result_is_masked_before_it_is_written() {
+        let mut r = crate::redact::Redactor::default();
+        r.add("canary-report-secret");
+        crate::redact::remember(&r);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("termination-log");
+        let mut result = RunResult::failed(
+            FailureReason::UpdateFailed,
+            format!(
+                "pulumi up failed: {} {}",
+                "canary-report-secret",
+                "y".repeat(6000)
+            ),
+        );
+        result.stale_locks_cleared = vec!["canary-report-secret@h (pid 1)".into()];
+        finish(&file, &result);
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(!text.contains("canary-report-secret"), "{text}");
+        assert!(text.len() <= MAX_RESULT_BYTES);
+        let back = RunResult::from_termination_message(&text).unwrap();
+        assert!(back.message.starts_with("pulumi up failed: [secret] yyy"));
     }
 
     #[test]

@@ -123,6 +123,16 @@ pub async fn prepare(
     }
     // Resolve config first: a missing variable or file fails before anything runs.
     let resolved = config::resolve(&plan.stack.config, &project.name, &Process, redactor)?;
+    // From here on, everything emitted (the config commands' output included) masks them.
+    crate::redact::remember(redactor);
+    if redactor.too_short() > 0 {
+        log(format!(
+            "{} secret config values are shorter than {} characters and are not masked in the \
+             output",
+            redactor.too_short(),
+            crate::redact::MIN_SECRET_CHARS
+        ));
+    }
     let config_steps = config::steps(&resolved);
 
     let runner = Runner::new(&opts.pulumi, &workspace, signals);
@@ -410,7 +420,7 @@ async fn read_outputs(
     check(&masked, "stack output")?;
     let revealed = runner.run(&pulumi::stack_output(stack, true)).await?;
     check(&revealed, "stack output --show-secrets")?;
-    let outputs = StackOutputs::parse(&masked.stdout, &revealed.stdout).map_err(|e| {
+    let mut outputs = StackOutputs::parse(&masked.stdout, &revealed.stdout).map_err(|e| {
         Failure::new(
             FailureReason::UpdateFailed,
             format!("the operation succeeded, but {e}"),
@@ -418,11 +428,19 @@ async fn read_outputs(
     })?;
     for key in &outputs.secret {
         if let Some(v) = outputs.values.get(key) {
-            match v {
-                serde_json::Value::String(s) => redactor.add(s),
-                other => redactor.add(&other.to_string()),
-            }
+            config::remember_secret_value(redactor, v);
         }
+    }
+    crate::redact::remember(redactor);
+    // An output Pulumi does not consider secret may still hold a secret value (an environment
+    // variable's, a config value's): it is reported as secret so that the operator never
+    // copies it into the Stack's status.
+    let leaking = outputs.mark_known_secrets(&crate::redact::current());
+    if !leaking.is_empty() {
+        log(format!(
+            "outputs holding secret values are reported as secret: {}",
+            leaking.join(", ")
+        ));
     }
     Ok(outputs)
 }

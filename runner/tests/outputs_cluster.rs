@@ -23,6 +23,8 @@ fn plan(ns: &str, uid: &str) -> RunPlan {
         outputs_labels: BTreeMap::from([("pulumi.com/stack-name".into(), "outputs".into())]),
         pulumi_log_level: None,
         lock_holder: None,
+        secret_env: Vec::new(),
+        secret_env_dirs: Vec::new(),
     }
 }
 

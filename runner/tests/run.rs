@@ -513,3 +513,50 @@ fn simulated_cloud_permalink_environments_and_access_token() {
     let ran = w.run("run", &p, &[env[0], ("PULUMI_ACCESS_TOKEN", ""), env[2]]);
     ran.assert_failed(FailureReason::InvalidAccessToken);
 }
+
+/// A value from a Secret-backed environment variable, printed by the program in every way it
+/// can (a plain config value, an output, its base64, a failure message), never leaves the
+/// runner: not in the forwarded output, its own log lines, nor the result.
+#[test]
+fn secret_env_values_never_leave_the_runner() {
+    const CANARY: &str = "canary-env-secret-5150";
+    let w = World::new();
+    w.fetch_program(
+        "name: proj\nruntime: yaml\nconfig:\n  leak: {type: string}\nresources:\n  rec:\n    type: standin:index:Record\n    properties:\n      v: ${leak}\noutputs:\n  v: ${rec.v}\n  b64:\n    fn::toBase64: ${leak}\n",
+    );
+    let mut p = plan(Operation::Up, None);
+    p.stack.config = vec![value("leak", json!(CANARY))];
+    p.secret_env = vec!["APP_TOKEN".into()];
+    let b64 = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(CANARY)
+    };
+    let ran = w.run("run", &p, &[("APP_TOKEN", CANARY)]);
+    ran.assert_ok();
+    for text in [&ran.stdout, &ran.stderr, &ran.result.message] {
+        assert!(!text.contains(CANARY), "leaked:\n{text}");
+        assert!(!text.contains(&b64), "leaked as base64:\n{text}");
+    }
+    assert!(ran.stdout.contains("[secret]"), "{}", ran.stdout);
+    assert!(
+        ran.stderr
+            .contains("outputs holding secret values are reported as secret: b64, v"),
+        "{}",
+        ran.stderr
+    );
+
+    let w = World::new();
+    w.fetch_program(
+        "name: proj\nruntime: yaml\nconfig:\n  leak: {type: string}\nresources:\n  boom:\n    type: standin:index:Fail\n    properties:\n      message: the widget ${leak} exploded\n",
+    );
+    let ran = w.run("run", &p, &[("APP_TOKEN", CANARY)]);
+    ran.assert_failed(FailureReason::UpdateFailed);
+    for text in [&ran.stdout, &ran.stderr, &ran.result.message] {
+        assert!(!text.contains(CANARY), "leaked:\n{text}");
+    }
+    assert!(
+        ran.result.message.contains("the widget [secret] exploded"),
+        "{}",
+        ran.result.message
+    );
+}

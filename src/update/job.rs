@@ -43,6 +43,68 @@ pub fn operation(update: &Update) -> Result<Operation, String> {
     }
 }
 
+/// Where the `pulumi` container's environment comes from Secrets, so that the runner can
+/// mask those values: the variables set from a `secretKeyRef`, and the Secrets taken whole
+/// (`envFrom`), which the Job also mounts (their keys are not known here). Both from the
+/// Workspace's `env`/`envFrom` and from its pod template's `pulumi` container.
+#[derive(Debug, Default, PartialEq)]
+pub struct SecretEnv {
+    /// Variable names, never values.
+    pub names: Vec<String>,
+    /// (Secret name, `optional`), in `envFrom` order; the n-th is mounted at
+    /// [`plan::secret_env_dir`]`(n)`.
+    pub whole_secrets: Vec<(String, Option<bool>)>,
+}
+
+pub fn secret_env(ws: &Workspace) -> SecretEnv {
+    let spec = &ws.spec;
+    let mut env: Vec<Value> = spec
+        .env
+        .iter()
+        .flatten()
+        .filter_map(|e| serde_json::to_value(e).ok())
+        .collect();
+    let mut env_from: Vec<Value> = spec
+        .env_from
+        .iter()
+        .flatten()
+        .filter_map(|e| serde_json::to_value(e).ok())
+        .collect();
+    let template_containers = spec
+        .pod_template
+        .as_ref()
+        .and_then(|t| t.spec.as_ref())
+        .and_then(|s| s["containers"].as_array());
+    for c in template_containers
+        .into_iter()
+        .flatten()
+        .filter(|c| c["name"] == names::PULUMI_CONTAINER)
+    {
+        env.extend(c["env"].as_array().into_iter().flatten().cloned());
+        env_from.extend(c["envFrom"].as_array().into_iter().flatten().cloned());
+    }
+    let mut out = SecretEnv::default();
+    for e in &env {
+        if let Some(name) = e["name"]
+            .as_str()
+            .filter(|_| e["valueFrom"]["secretKeyRef"].is_object())
+        {
+            if !out.names.iter().any(|n| n == name) {
+                out.names.push(name.to_string());
+            }
+        }
+    }
+    for e in &env_from {
+        if let Some(secret) = e["secretRef"]["name"].as_str().filter(|n| !n.is_empty()) {
+            if !out.whole_secrets.iter().any(|(n, _)| n == secret) {
+                out.whole_secrets
+                    .push((secret.to_string(), e["secretRef"]["optional"].as_bool()));
+            }
+        }
+    }
+    out
+}
+
 /// The runner's plan for an Update against a Workspace. The error explains what is invalid.
 pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, String> {
     let operation = operation(update)?;
@@ -121,6 +183,7 @@ pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, String> {
         retry_on_update_conflict: annotation(RETRY_ON_CONFLICT_ANNOTATION),
     };
     let name = update.name_any();
+    let secret = secret_env(ws);
     let mut outputs_labels = BTreeMap::new();
     if let Some(stack_label) = update.labels().get(names::STACK_NAME_LABEL) {
         outputs_labels.insert(names::STACK_NAME_LABEL.to_string(), stack_label.clone());
@@ -137,6 +200,10 @@ pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, String> {
         outputs_labels,
         pulumi_log_level: spec.pulumi_log_level.filter(|l| *l > 0),
         lock_holder: Some(lock_holder(update)),
+        secret_env: secret.names,
+        secret_env_dirs: (0..secret.whole_secrets.len())
+            .map(plan::secret_env_dir)
+            .collect(),
     })
 }
 
@@ -338,12 +405,23 @@ pub fn build_job(
     }
     let mut bootstrap = runner("bootstrap", vec![share.clone()]);
     bootstrap["args"] = json!(["bootstrap", plan::RUNNER_BINARY]);
+    let mut pulumi_mounts = vec![share, plan_mount];
+    for (i, (secret, optional)) in secret_env(ws).whole_secrets.into_iter().enumerate() {
+        let volume = format!("env-secret-{i}");
+        let mut source = json!({"secretName": secret});
+        if let Some(optional) = optional {
+            source["optional"] = json!(optional);
+        }
+        volumes.push(json!({"name": volume, "secret": source}));
+        pulumi_mounts
+            .push(json!({"name": volume, "mountPath": plan::secret_env_dir(i), "readOnly": true}));
+    }
     let mut pulumi = json!({
         "name": names::PULUMI_CONTAINER,
         "image": image,
         "command": [plan::RUNNER_BINARY, "run"],
         "env": env,
-        "volumeMounts": [share, plan_mount],
+        "volumeMounts": pulumi_mounts,
         "resources": resources,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": restricted_container_context(),
@@ -488,6 +566,82 @@ mod tests {
         assert!(build_plan(&bad, &ws)
             .unwrap_err()
             .contains("unsupported update type"));
+    }
+
+    #[test]
+    fn secret_env_names_reach_the_plan_and_whole_secrets_are_mounted() {
+        let mut s = stack();
+        s.spec.access_token_secret = Some("tok".into());
+        s.spec.env_secrets = Some(vec!["cloud-creds".into(), "cloud-creds".into()]);
+        s.spec.envs = Some(vec!["plain-cm".into()]);
+        let src = ResolvedSource::Git {
+            url: "https://git.example/app.git".into(),
+            commit: "b".repeat(40),
+            dir: None,
+            shallow: false,
+        };
+        let mut ws = build_workspace(&s, &src);
+        // The pod template's `pulumi` container counts too.
+        ws.spec.pod_template = Some(
+            serde_json::from_value(json!({"spec": {"containers": [{"name": "pulumi",
+                "env": [{"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}},
+                        {"name": "REGION", "value": "eu-west-1"}],
+                "envFrom": [{"secretRef": {"name": "extra", "optional": true}}]}]}}))
+            .unwrap(),
+        );
+        let u = update(&s);
+        let p = build_plan(&u, &ws).unwrap();
+        assert_eq!(
+            p.secret_env,
+            [
+                "PULUMI_ACCESS_TOKEN",
+                "PULUMI_CONFIG_PASSPHRASE",
+                "DB_PASSWORD"
+            ]
+        );
+        assert_eq!(
+            p.secret_env_dirs,
+            [plan::secret_env_dir(0), plan::secret_env_dir(1)]
+        );
+        // Names only: no value of the Stack's secrets in the plan's new fields.
+        let text = serde_json::to_string(&p.secret_env).unwrap();
+        assert!(!text.contains("do-not-leak"));
+
+        let cfg = JobConfig {
+            runner_image: "runner".into(),
+            runner_pull_policy: "IfNotPresent".into(),
+        };
+        let v = serde_json::to_value(build_job(&u, &ws, &cfg, false).unwrap()).unwrap();
+        let ps = &v["spec"]["template"]["spec"];
+        let volumes = ps["volumes"].as_array().unwrap();
+        let secret_volumes: Vec<&Value> = volumes
+            .iter()
+            .filter(|v| v["name"].as_str().unwrap().starts_with("env-secret-"))
+            .collect();
+        assert_eq!(secret_volumes.len(), 2, "{volumes:#?}");
+        assert_eq!(secret_volumes[0]["secret"]["secretName"], "cloud-creds");
+        assert_eq!(secret_volumes[1]["secret"]["secretName"], "extra");
+        assert_eq!(secret_volumes[1]["secret"]["optional"], true);
+        let pulumi = ps["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "pulumi")
+            .unwrap();
+        let mounts: Vec<&str> = pulumi["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["mountPath"].as_str().unwrap())
+            .collect();
+        assert!(
+            mounts.contains(&plan::secret_env_dir(0).as_str()),
+            "{mounts:?}"
+        );
+        assert!(
+            mounts.contains(&plan::secret_env_dir(1).as_str()),
+            "{mounts:?}"
+        );
     }
 
     /// A snapshot of the Job, reviewed by reading: its shape is the compatibility surface

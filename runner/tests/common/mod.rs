@@ -240,6 +240,8 @@ pub fn plan(operation: Operation, source: Option<Source>) -> RunPlan {
         outputs_labels: Default::default(),
         pulumi_log_level: None,
         lock_holder: None,
+        secret_env: Vec::new(),
+        secret_env_dirs: Vec::new(),
     }
 }
 
