@@ -163,9 +163,9 @@ async fn a_hostile_tenant_cannot_take_the_operator_down_or_read_secrets() {
     for (k, v) in CANARIES {
         secret.push_str(&format!("  {k}: {v}\n"));
     }
-    secret.push_str(&format!(
-        "  sshkey: |\n    -----BEGIN OPENSSH PRIVATE KEY-----\n    cnry-sshline-0d9e8f7a6b5c\n    -----END OPENSSH PRIVATE KEY-----\n  appid: \"12345\"\n  installid: \"67890\"\n  username: tenant\n"
-    ));
+    secret.push_str(
+        "  sshkey: |\n    -----BEGIN OPENSSH PRIVATE KEY-----\n    cnry-sshline-0d9e8f7a6b5c\n    -----END OPENSSH PRIVATE KEY-----\n  appid: \"12345\"\n  installid: \"67890\"\n  username: tenant\n",
+    );
     secret.push_str("---\napiVersion: v1\nkind: Secret\nmetadata: {name: db-admin}\nstringData:\n  password: cnry-db-admin-6e0a4c97\n");
     f.sn.ns.apply(&secret);
 
