@@ -157,6 +157,9 @@ async fn a_hostile_tenant_cannot_take_the_operator_down_or_read_secrets() {
     let restarts_before = operator_restarts();
     let pods_before = operator_pods();
     let (port, ssrf_hits) = listener();
+    // A repository that never answers (a tenant may point at any git server: that is not
+    // the SSRF case, which is the operator calling an API with its own credentials).
+    let (dead_repo_port, _) = listener();
 
     let mut secret =
         String::from("apiVersion: v1\nkind: Secret\nmetadata: {name: canaries}\nstringData:\n");
@@ -268,7 +271,7 @@ spec:
         "file:///etc".to_string(),
         "/var/run/secrets/kubernetes.io/serviceaccount".to_string(),
         "ext::sh -c touch% /tmp/pwned".to_string(),
-        format!("http://127.0.0.1:{port}/repo.git"),
+        format!("http://127.0.0.1:{dead_repo_port}/repo.git"),
     ]
     .iter()
     .enumerate()
