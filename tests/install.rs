@@ -320,3 +320,130 @@ fn operator_exits_with_an_instruction_when_crds_are_missing() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `kubectl auth can-i` as `user` (a ServiceAccount `ns:name` or a plain user), in `ns` or
+/// cluster-wide.
+fn can_i(user: &str, verb: &str, resource: &str, ns: Option<&str>) -> bool {
+    let subject = match user.split_once(':') {
+        Some((ns, name)) => format!("system:serviceaccount:{ns}:{name}"),
+        None => user.to_string(),
+    };
+    // `kind/x` would name an object x: a subresource goes in its own flag.
+    let (resource, subresource) = match resource.split_once('/') {
+        Some((r, sub)) => (r, format!("--subresource={sub}")),
+        None => (resource, String::new()),
+    };
+    let mut args = vec!["auth", "can-i", verb, resource, "--as", &subject];
+    if !subresource.is_empty() {
+        args.push(&subresource);
+    }
+    match ns {
+        Some(n) => args.extend(["-n", n]),
+        None => args.push("--all-namespaces"),
+    }
+    let (_, out, _) = test_support::kubectl_result(&args);
+    out.trim() == "yes"
+}
+
+#[tokio::test]
+async fn installed_roles_grant_least_privilege() {
+    test_support::install_operator().await;
+    let ns = test_support::TestNamespace::new("rbac").await;
+    let op = "pulumi-operator:pulumi-operator";
+    // What the operator does, it may do.
+    for (verb, resource) in [
+        ("get", "secrets"),
+        ("create", "secrets"),
+        ("create", "jobs.batch"),
+        ("watch", "stacks.pulumi.com"),
+        ("patch", "stacks.pulumi.com/status"),
+        ("create", "updates.auto.pulumi.com"),
+        ("get", "configmaps"),
+        ("create", "configmaps"),
+    ] {
+        assert!(
+            can_i(op, verb, resource, None),
+            "the operator cannot {verb} {resource}"
+        );
+    }
+    // What it never does, it may not: no reading every Secret, no deleting ConfigMaps, no
+    // rights over RBAC or the cluster's own workloads.
+    for (verb, resource) in [
+        ("list", "secrets"),
+        ("watch", "secrets"),
+        ("delete", "secrets"),
+        ("update", "secrets"),
+        ("delete", "configmaps"),
+        ("list", "configmaps"),
+        ("create", "pods"),
+        ("create", "rolebindings.rbac.authorization.k8s.io"),
+        ("escalate", "clusterroles.rbac.authorization.k8s.io"),
+        ("impersonate", "serviceaccounts"),
+        ("create", "serviceaccounts/token"),
+        ("patch", "deployments.apps"),
+        ("create", "pods/exec"),
+    ] {
+        assert!(
+            !can_i(op, verb, resource, None),
+            "the operator may {verb} {resource}"
+        );
+    }
+
+    // A namespace editor manages Stacks and the rest, but cannot write what the operator
+    // reports (a forged Complete Update would be believed).
+    ns.kubectl(&[
+        "create",
+        "rolebinding",
+        "editor",
+        "--clusterrole=edit",
+        "--user=jane",
+    ]);
+    let n = Some(ns.name.as_str());
+    test_support::wait_until(
+        std::time::Duration::from_secs(20),
+        "the binding to apply",
+        || async { can_i("jane", "create", "stacks.pulumi.com", n) },
+    )
+    .await;
+    for (verb, resource) in [
+        ("create", "stacks.pulumi.com"),
+        ("delete", "updates.auto.pulumi.com"),
+        ("patch", "workspaces.auto.pulumi.com"),
+        ("create", "programs.pulumi.com"),
+        ("get", "stacks.pulumi.com"),
+    ] {
+        assert!(
+            can_i("jane", verb, resource, n),
+            "an editor cannot {verb} {resource}"
+        );
+    }
+    for resource in [
+        "stacks.pulumi.com/status",
+        "updates.auto.pulumi.com/status",
+        "workspaces.auto.pulumi.com/status",
+        "programs.pulumi.com/status",
+    ] {
+        for verb in ["update", "patch"] {
+            assert!(
+                !can_i("jane", verb, resource, n),
+                "an editor may {verb} {resource}"
+            );
+        }
+    }
+    // A viewer reads, and writes nothing.
+    ns.kubectl(&[
+        "create",
+        "rolebinding",
+        "viewer",
+        "--clusterrole=view",
+        "--user=joe",
+    ]);
+    test_support::wait_until(
+        std::time::Duration::from_secs(20),
+        "the binding to apply",
+        || async { can_i("joe", "get", "stacks.pulumi.com", n) },
+    )
+    .await;
+    assert!(!can_i("joe", "create", "stacks.pulumi.com", n));
+    assert!(!can_i("joe", "patch", "updates.auto.pulumi.com/status", n));
+}

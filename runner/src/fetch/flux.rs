@@ -145,6 +145,9 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The most entries an artifact may hold.
+pub const MAX_ENTRIES: u64 = 100_000;
+
 /// Unpacks a tar.gz stream into `dest`. Only files, directories and links are allowed; every
 /// entry must have a relative path without `..`; the declared sizes may add up to `max_bytes`.
 pub fn unpack(reader: impl Read, dest: &Path, max_bytes: u64) -> Result<(), String> {
@@ -154,11 +157,17 @@ pub fn unpack(reader: impl Read, dest: &Path, max_bytes: u64) -> Result<(), Stri
     archive.set_preserve_permissions(false);
     archive.set_unpack_xattrs(false);
     let mut total: u64 = 0;
+    let mut count: u64 = 0;
     let entries = archive
         .entries()
         .map_err(|e| format!("not a tar.gz archive: {e}"))?;
     for entry in entries {
         let mut entry = entry.map_err(|e| format!("corrupt archive: {e}"))?;
+        // A bomb of empty entries costs inodes, not bytes.
+        count += 1;
+        if count > MAX_ENTRIES {
+            return Err(format!("the artifact has more than {MAX_ENTRIES} entries"));
+        }
         let path = entry
             .path()
             .map_err(|e| format!("corrupt archive: {e}"))?
@@ -260,6 +269,10 @@ mod tests {
         assert!(!dir.path().join("evil").exists());
         let evil = tar_gz(&[("/abs", b"x")]);
         assert!(unpack(&evil[..], &dir.path().join("d"), 1024).is_err());
+        let names: Vec<String> = (0..=MAX_ENTRIES).map(|i| format!("f{i}")).collect();
+        let many: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b""[..])).collect();
+        let e = unpack(&tar_gz(&many)[..], &dir.path().join("many"), 1024).unwrap_err();
+        assert!(e.contains("entries"), "{e}");
         let big = tar_gz(&[("a", &[0u8; 2048])]);
         let e = unpack(&big[..], &dir.path().join("d"), 1024).unwrap_err();
         assert!(e.contains("larger"), "{e}");
