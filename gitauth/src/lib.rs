@@ -364,6 +364,14 @@ impl Session {
         }
     }
 
+    /// Makes SSH connections of this session end within about `within` when the server hangs
+    /// (see [`ssh::time_limits`]); no effect on other transports.
+    pub fn bound_ssh(&mut self, within: std::time::Duration) {
+        if let Some(files) = &mut self.ssh {
+            files.bound(within);
+        }
+    }
+
     pub fn has_http_identity(&self) -> bool {
         self.http.is_some()
     }
@@ -440,6 +448,9 @@ impl Session {
                     ""
                 };
                 return Some(format!("the SSH server rejected the key{hint}: {message}"));
+            }
+            if message.contains("timed out") {
+                return Some(format!("the SSH server did not answer in time: {message}"));
             }
             if message.contains("ssh: not found") || message.contains("ssh: No such file") {
                 return Some(format!(

@@ -190,3 +190,26 @@ fn the_http_transport_ends_a_hung_call_by_its_deadline() {
     assert!(took < Duration::from_secs(3), "{took:?}: {e}");
     assert!(e.contains("ls-remote http://127.0.0.1:"), "{e}");
 }
+
+#[test]
+fn ssh_ends_a_hung_call_by_its_deadline() {
+    let hole = black_hole().replace("http://", "ssh://git@");
+    let url = format!("{hole}/app.git");
+    let keys = std::env::temp_dir().join(format!("blackhole-ssh-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&keys);
+    std::fs::create_dir_all(&keys).expect("scratch dir");
+    let _scratch = Scratch(keys.clone());
+    let (private_key, _) = test_support::ssh_key_pair(&keys, "deploy", "");
+    let creds = Credentials::Ssh {
+        private_key,
+        passphrase: None,
+        known_hosts: None,
+    };
+    let started = Instant::now();
+    let cancel = Cancel::new(Instant::now() + Duration::from_secs(2));
+    let e = git::ls_remote(&url, "main", &creds, &cancel).unwrap_err();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "{took:?}: {e}");
+    assert!(e.contains("did not answer in time"), "{e}");
+    assert!(e.contains("timed out"), "{e}");
+}

@@ -3,8 +3,8 @@
 //! installation token, or an SSH key through the `ssh` program). It is blocking: it runs on the
 //! bounded pool of [`super::pool`], never on a reconcile worker, within the call's deadline
 //! ([`Cancel`]): the HTTP transport's timeouts are set from it so a hung server ends the call by
-//! itself, and the call stops between steps once cancelled. (SSH connections end on the
-//! `ConnectTimeout`/`ServerAlive*` settings of the gitauth crate.)
+//! itself, and the call stops between steps once cancelled; SSH gets `ConnectTimeout` and
+//! keep-alive options from the same deadline (`Session::bound_ssh`).
 
 use super::pool::Cancel;
 use pulumi_gitauth::{AuthFlags, Credentials, Session, Transport};
@@ -90,7 +90,8 @@ pub fn ls_remote(
     cancel: &Cancel,
 ) -> Result<String, String> {
     // A GitHub App token exchange happens here (a network call with its own timeouts).
-    let session = Session::prepare(credentials, url)?;
+    let mut session = Session::prepare(credentials, url)?;
+    session.bound_ssh(cancel.remaining());
     let shown = session.redact(url);
     let stopped = || format!("ls-remote {shown}: stopped at its deadline");
     if cancel.is_cancelled() {
