@@ -213,3 +213,64 @@ fn ssh_ends_a_hung_call_by_its_deadline() {
     assert!(e.contains("did not answer in time"), "{e}");
     assert!(e.contains("timed out"), "{e}");
 }
+
+#[test]
+fn git_daemon_ends_a_hung_call_by_its_deadline() {
+    let url = format!("{}/app.git", black_hole().replace("http://", "git://"));
+    let started = Instant::now();
+    let cancel = Cancel::new(Instant::now() + Duration::from_millis(800));
+    let e = git::ls_remote(&url, "main", &Credentials::None, &cancel).unwrap_err();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "{took:?}: {e}");
+    assert!(e.contains("ls-remote git://127.0.0.1:"), "{e}");
+}
+
+#[test]
+fn git_daemon_remotes_resolve() {
+    // The daemon program itself (`git daemon` would leave it running as its child when killed).
+    let Some(exec_path) = std::process::Command::new("git")
+        .arg("--exec-path")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    else {
+        return;
+    };
+    let program = std::path::Path::new(&exec_path).join("git-daemon");
+    if !program.exists() {
+        eprintln!("git-daemon is not installed; skipped");
+        return;
+    }
+    let (scratch, _, sha) = working_remote("daemon");
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let mut daemon = std::process::Command::new(program)
+        .args([
+            "--reuseaddr",
+            "--export-all",
+            "--listen=127.0.0.1",
+            &format!("--port={port}"),
+            &format!("--base-path={}", scratch.0.display()),
+        ])
+        .arg(&scratch.0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("git daemon");
+    let url = format!("git://127.0.0.1:{port}/app.git");
+    let mut answer = Err(String::new());
+    for _ in 0..50 {
+        let cancel = Cancel::new(Instant::now() + Duration::from_secs(5));
+        answer = git::ls_remote(&url, "main", &Credentials::None, &cancel);
+        if answer.is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    assert_eq!(answer, Ok(sha));
+}

@@ -81,6 +81,43 @@ fn http_options(
     Ok(options)
 }
 
+/// A `git://` (git daemon) transport whose socket times out by the deadline: gitoxide's own
+/// has a connect timeout only, and a daemon that accepts and never answers would hold the
+/// thread for good.
+fn git_daemon(
+    url: &gix::Url,
+    version: gix_transport::Protocol,
+    cancel: &Cancel,
+) -> Result<Box<dyn gix_transport::client::blocking_io::Transport + Send>, String> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let host = url.host().ok_or("the URL has no host")?;
+    let port = url.port;
+    let addr = (host, port.unwrap_or(9418))
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{host} has no address"))?;
+    let read = TcpStream::connect_timeout(&addr, cancel.remaining().min(CONNECT_TIMEOUT))
+        .map_err(|e| format!("cannot connect to {host}: {e}"))?;
+    let timeouts = read
+        .set_read_timeout(Some(cancel.remaining()))
+        .and_then(|()| read.set_write_timeout(Some(cancel.remaining())));
+    let write = timeouts
+        .and_then(|()| read.try_clone())
+        .map_err(|e| format!("connection to {host}: {e}"))?;
+    Ok(Box::new(
+        gix_transport::client::git::blocking_io::Connection::new(
+            read,
+            write,
+            version,
+            url.path.clone(),
+            Some((host.to_string(), port)),
+            gix_transport::client::git::ConnectMode::Daemon,
+            false,
+        ),
+    ))
+}
+
 /// The commit `reference` (short `main`, `refs/heads/main`, or a tag name) points at on `url`,
 /// by the deadline of `cancel`. Errors are clear and never contain a credential.
 pub fn ls_remote(
@@ -120,9 +157,18 @@ pub fn ls_remote(
             None => session.redact(&format!("ls-remote {shown}: {detail}")),
         }
     };
-    let mut connection = remote
-        .connect(gix::remote::Direction::Fetch)
+    let (sanitized, version) = remote
+        .sanitized_url_and_version(gix::remote::Direction::Fetch)
         .map_err(|e| failed(&e))?;
+    let mut connection = if sanitized.scheme == gix::url::Scheme::Git {
+        let transport = git_daemon(&sanitized, version, cancel)
+            .map_err(|e| format!("ls-remote {shown}: {e}"))?;
+        remote.to_connection_with_transport(transport)
+    } else {
+        remote
+            .connect(gix::remote::Direction::Fetch)
+            .map_err(|e| failed(&e))?
+    };
     connection.set_credentials(session.credentials_fn(&flags));
     if pulumi_gitauth::transport(url) == Transport::Http {
         connection.set_transport_options(http_options(&repo, url, cancel)?);
