@@ -297,8 +297,18 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    /// Prepares `creds` for `url` (blocking: a GitHub App exchange is an HTTP call).
+    /// Prepares `creds` for `url` (blocking: a GitHub App exchange is an HTTP call, bounded by
+    /// [`github_app::EXCHANGE_TIMEOUT`]).
     pub fn prepare(creds: &Credentials, url: &str) -> Result<Session, String> {
+        Session::prepare_within(creds, url, github_app::EXCHANGE_TIMEOUT)
+    }
+
+    /// [`Session::prepare`] with the network work (a GitHub App exchange) bounded by `within`.
+    pub fn prepare_within(
+        creds: &Credentials,
+        url: &str,
+        within: std::time::Duration,
+    ) -> Result<Session, String> {
         ensure_crypto_provider();
         let mut redactor = redact::Redactor::default();
         for v in creds.secret_values() {
@@ -332,9 +342,14 @@ impl Session {
                 private_key,
                 api_url,
             } => {
-                let token =
-                    github_app::installation_token(api_url, app_id, installation_id, private_key)
-                        .map_err(|e| session.redact(&e))?;
+                let token = github_app::installation_token_within(
+                    api_url,
+                    app_id,
+                    installation_id,
+                    private_key,
+                    within,
+                )
+                .map_err(|e| session.redact(&e))?;
                 session.redactor.add(&token);
                 session.http = Some((GITHUB_APP_USER.to_string(), token));
             }

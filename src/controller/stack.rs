@@ -370,17 +370,11 @@ impl<'a> Pass<'a> {
 
     /// The branch head is being read: nothing was observed yet, so the observed generation
     /// and reconciliation request stay as written (the request is still to be answered); a
-    /// Ready Stack stays Ready (a periodic re-read must not flap it), any other says it waits.
+    /// Ready or Stalled Stack keeps its conditions (`status::settled`), any other says it waits.
     fn source_pending(&mut self, message: &str) {
         self.status.observed_generation = self.written.observed_generation;
         self.status.observed_reconcile_request = self.written.observed_reconcile_request.clone();
-        let ready = self
-            .status
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == names::CONDITION_READY && c.status == "True");
-        if !ready {
+        if !status::settled(&self.status) {
             mark_reconciling(
                 &mut self.status,
                 REASON_RESOLVING_SOURCE,

@@ -126,8 +126,8 @@ pub fn ls_remote(
     credentials: &Credentials,
     cancel: &Cancel,
 ) -> Result<String, String> {
-    // A GitHub App token exchange happens here (a network call with its own timeouts).
-    let mut session = Session::prepare(credentials, url)?;
+    // A GitHub App token exchange happens here: bounded by the same deadline.
+    let mut session = Session::prepare_within(credentials, url, cancel.remaining())?;
     session.bound_ssh(cancel.remaining());
     let shown = session.redact(url);
     let stopped = || format!("ls-remote {shown}: stopped at its deadline");
