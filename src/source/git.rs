@@ -171,7 +171,8 @@ pub fn ls_remote(
     };
     connection.set_credentials(session.credentials_fn(&flags));
     if pulumi_gitauth::transport(url) == Transport::Http {
-        connection.set_transport_options(http_options(&repo, url, cancel)?);
+        let options = http_options(&repo, url, cancel).map_err(|e| session.redact(&e))?;
+        connection.set_transport_options(options);
     }
     let (map, _) = connection
         .ref_map(gix::progress::Discard, Default::default())
