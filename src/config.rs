@@ -81,6 +81,20 @@ pub struct Config {
     #[arg(long, env = "UPDATE_HISTORY_LIMIT", default_value_t = 5)]
     pub update_history_limit: usize,
 
+    /// How many git remote calls (ls-remote of a tracked branch, with its GitHub App token
+    /// exchange) run at the same time, in the background, never on a reconcile worker.
+    #[arg(long, env = "GIT_REMOTE_CONCURRENCY", default_value_t = 8)]
+    pub git_remote_concurrency: usize,
+
+    /// How many of those calls may run against one host at the same time, so that one slow
+    /// host cannot take every slot.
+    #[arg(long, env = "GIT_REMOTE_PER_HOST", default_value_t = 2)]
+    pub git_remote_per_host: usize,
+
+    /// The deadline of one git remote call, in seconds; its slot is freed when it passes.
+    #[arg(long, env = "GIT_REMOTE_TIMEOUT_SECONDS", default_value_t = 60)]
+    pub git_remote_timeout_seconds: u64,
+
     /// The shortest allowed `resyncFrequencySeconds` (PKO's floor is 60). Lower it for tests only.
     #[arg(long, env = "MIN_RESYNC_SECONDS", default_value_t = 60)]
     pub min_resync_seconds: u64,
@@ -179,6 +193,15 @@ impl Config {
             .collect()
     }
 
+    /// The limits of the pool git remote calls run on.
+    pub fn git_remote_limits(&self) -> crate::source::pool::Limits {
+        crate::source::pool::Limits {
+            total: self.git_remote_concurrency.max(1),
+            per_host: self.git_remote_per_host.max(1),
+            deadline: std::time::Duration::from_secs(self.git_remote_timeout_seconds.max(1)),
+        }
+    }
+
     pub fn identity(&self) -> String {
         if !self.identity.is_empty() {
             return self.identity.clone();
@@ -198,6 +221,14 @@ mod tests {
         assert!(c.watched_namespaces().is_empty());
         assert_eq!(c.concurrency, 25);
         assert_eq!(c.min_resync_seconds, 60);
+        assert_eq!(
+            c.git_remote_limits(),
+            crate::source::pool::Limits {
+                total: 8,
+                per_host: 2,
+                deadline: std::time::Duration::from_secs(60)
+            }
+        );
         let c = Config::try_parse_from(["op", "--namespaces", "a, b,,c", "--log-format", "json"])
             .unwrap();
         assert_eq!(c.watched_namespaces(), vec!["a", "b", "c"]);

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -45,6 +45,16 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
     info!(
         version = env!("CARGO_PKG_VERSION"),
         "starting pulumi-operator"
+    );
+    let limits = config.git_remote_limits();
+    if source::poll::Poller::configure(limits).is_err() {
+        warn!("the git remote pool was configured before start-up; flags ignored");
+    }
+    info!(
+        concurrency = limits.total,
+        per_host = limits.per_host,
+        timeout = ?limits.deadline,
+        "git remote calls (tracked branches) run on a bounded pool"
     );
     let client = kube::Client::try_default()
         .await

@@ -77,12 +77,33 @@ pub fn access_tokens_url(api_url: &str, installation_id: &str) -> Result<String,
     Ok(format!("{api}/app/installations/{id}/access_tokens"))
 }
 
-/// Exchanges the app's credentials for an installation token (blocking).
+/// How long a token exchange may take by default (a call with a deadline passes its own).
+pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Exchanges the app's credentials for an installation token (blocking), within
+/// [`EXCHANGE_TIMEOUT`].
 pub fn installation_token(
     api_url: &str,
     app_id: &str,
     installation_id: &str,
     private_key_pem: &str,
+) -> Result<String, String> {
+    installation_token_within(
+        api_url,
+        app_id,
+        installation_id,
+        private_key_pem,
+        EXCHANGE_TIMEOUT,
+    )
+}
+
+/// [`installation_token`] within `within` (connect and whole request).
+pub fn installation_token_within(
+    api_url: &str,
+    app_id: &str,
+    installation_id: &str,
+    private_key_pem: &str,
+    within: Duration,
 ) -> Result<String, String> {
     crate::ensure_crypto_provider();
     let url = access_tokens_url(api_url, installation_id)?;
@@ -93,8 +114,8 @@ pub fn installation_token(
         .unwrap_or_default();
     let token = jwt(app_id, private_key_pem, now)?;
     let client = reqwest::blocking::Client::builder()
-        .connect_timeout(Duration::from_secs(15))
-        .timeout(Duration::from_secs(30))
+        .connect_timeout(within.min(Duration::from_secs(15)))
+        .timeout(within)
         .user_agent(concat!("pulumi-operator-rs/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| format!("GitHub App token exchange: {e}"))?;

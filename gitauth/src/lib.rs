@@ -319,8 +319,18 @@ fn same_host(repository: Option<&str>, asked: Option<&str>) -> bool {
 }
 
 impl Session {
-    /// Prepares `creds` for `url` (blocking: a GitHub App exchange is an HTTP call).
+    /// Prepares `creds` for `url` (blocking: a GitHub App exchange is an HTTP call, bounded by
+    /// [`github_app::EXCHANGE_TIMEOUT`]).
     pub fn prepare(creds: &Credentials, url: &str) -> Result<Session, String> {
+        Session::prepare_within(creds, url, github_app::EXCHANGE_TIMEOUT)
+    }
+
+    /// [`Session::prepare`] with the network work (a GitHub App exchange) bounded by `within`.
+    pub fn prepare_within(
+        creds: &Credentials,
+        url: &str,
+        within: std::time::Duration,
+    ) -> Result<Session, String> {
         ensure_crypto_provider();
         let mut redactor = redact::Redactor::default();
         for v in creds.secret_values() {
@@ -355,9 +365,14 @@ impl Session {
                 private_key,
                 api_url,
             } => {
-                let token =
-                    github_app::installation_token(api_url, app_id, installation_id, private_key)
-                        .map_err(|e| session.redact(&e))?;
+                let token = github_app::installation_token_within(
+                    api_url,
+                    app_id,
+                    installation_id,
+                    private_key,
+                    within,
+                )
+                .map_err(|e| session.redact(&e))?;
                 session.redactor.add(&token);
                 session.http = Some((GITHUB_APP_USER.to_string(), token));
             }
@@ -385,6 +400,14 @@ impl Session {
                 "ssh.variant=ssh".to_string(),
             ],
             None => vec![],
+        }
+    }
+
+    /// Makes SSH connections of this session end within about `within` when the server hangs
+    /// (see [`ssh::time_limits`]); no effect on other transports.
+    pub fn bound_ssh(&mut self, within: std::time::Duration) {
+        if let Some(files) = &mut self.ssh {
+            files.bound(within);
         }
     }
 
@@ -473,6 +496,9 @@ impl Session {
                     ""
                 };
                 return Some(format!("the SSH server rejected the key{hint}: {message}"));
+            }
+            if message.contains("timed out") {
+                return Some(format!("the SSH server did not answer in time: {message}"));
             }
             if message.contains("ssh: not found") || message.contains("ssh: No such file") {
                 return Some(format!(

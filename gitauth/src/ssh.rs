@@ -22,8 +22,25 @@ use std::path::{Path, PathBuf};
 
 pub struct SshFiles {
     dir: tempfile::TempDir,
-    command: String,
+    /// Environment assignments before `ssh` (the askpass helper).
+    env: String,
+    /// `-o` options from [`SshFiles::bound`], before `-F` so they win over the config file.
+    options: String,
+    /// `-F <config> "$@"` and the stderr redirection.
+    tail: String,
     passphrase: bool,
+}
+
+/// Pure: the ssh options that end a connection to a hung server within about `within`:
+/// `ConnectTimeout` (covers the TCP connect and the SSH banner exchange) and keep-alive probes
+/// (`ServerAliveInterval` × `ServerAliveCountMax`) once connected.
+pub fn time_limits(within: std::time::Duration) -> Vec<(&'static str, u64)> {
+    let secs = within.as_secs().max(1);
+    vec![
+        ("ConnectTimeout", secs.min(30)),
+        ("ServerAliveInterval", (secs / 3).clamp(1, 15)),
+        ("ServerAliveCountMax", 2),
+    ]
 }
 
 impl std::fmt::Debug for SshFiles {
@@ -101,12 +118,12 @@ impl SshFiles {
             }
         };
         let passphrase = passphrase.filter(|p| !p.is_empty());
-        let mut command = String::new();
+        let mut env = String::new();
         if let Some(pass) = passphrase {
             write_private(&root.join("passphrase"), pass.as_bytes(), 0o600)?;
             let script = format!("#!/bin/sh\nexec cat '{}'\n", p("passphrase")?);
             write_private(&root.join("askpass"), script.as_bytes(), 0o700)?;
-            command.push_str(&format!(
+            env.push_str(&format!(
                 "SSH_ASKPASS='{}' SSH_ASKPASS_REQUIRE=force ",
                 p("askpass")?
             ));
@@ -138,14 +155,12 @@ impl SshFiles {
         write_private(&root.join("config"), config.as_bytes(), 0o600)?;
         // ssh's own messages go to a file of the session, read by `Session::explain` (gitoxide
         // would recognise only some of them and print the others on our stderr).
-        command.push_str(&format!(
-            "ssh -F '{}' \"$@\" 2>>'{}'",
-            p("config")?,
-            p("ssh.log")?
-        ));
+        let tail = format!("-F '{}' \"$@\" 2>>'{}'", p("config")?, p("ssh.log")?);
         Ok(SshFiles {
             dir,
-            command,
+            env,
+            options: String::new(),
+            tail,
             passphrase: passphrase.is_some(),
         })
     }
@@ -166,8 +181,17 @@ impl SshFiles {
     }
 
     /// The command for `core.sshCommand` (run through `sh`).
-    pub fn command(&self) -> &str {
-        &self.command
+    pub fn command(&self) -> String {
+        format!("{}ssh {}{}", self.env, self.options, self.tail)
+    }
+
+    /// Ends connections to a hung server within about `within` ([`time_limits`]); for calls
+    /// with a deadline (ls-remote), not for clones, whose transfers may take long.
+    pub fn bound(&mut self, within: std::time::Duration) {
+        self.options = time_limits(within)
+            .into_iter()
+            .map(|(k, v)| format!("-o {k}={v} "))
+            .collect();
     }
 
     pub fn dir(&self) -> PathBuf {
@@ -226,6 +250,38 @@ mod tests {
             .output()
             .unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout), "pass phrase!");
+    }
+
+    #[test]
+    fn bounded_connections_end_by_the_deadline() {
+        use std::time::Duration;
+        assert_eq!(
+            time_limits(Duration::from_secs(60)),
+            vec![
+                ("ConnectTimeout", 30),
+                ("ServerAliveInterval", 15),
+                ("ServerAliveCountMax", 2)
+            ]
+        );
+        assert_eq!(
+            time_limits(Duration::from_millis(500)),
+            vec![
+                ("ConnectTimeout", 1),
+                ("ServerAliveInterval", 1),
+                ("ServerAliveCountMax", 2)
+            ]
+        );
+        let mut f = SshFiles::new(KEY, None, None).unwrap();
+        f.bound(Duration::from_secs(9));
+        let dir = f.dir();
+        assert_eq!(
+            f.command(),
+            format!(
+                "ssh -o ConnectTimeout=9 -o ServerAliveInterval=3 -o ServerAliveCountMax=2 \
+                 -F '{0}/config' \"$@\" 2>>'{0}/ssh.log'",
+                dir.display()
+            )
+        );
     }
 
     #[test]

@@ -391,6 +391,8 @@ fn run_in(
                 .collect();
             futures::stream::iter(refs)
         });
+    // A branch head read in the background re-runs the Stacks that waited for it.
+    let branch_answers = branch_answers(ns.map(str::to_string));
     // A Stack that changes (e.g. becomes Ready) lets the Stacks that need it go on.
     let stacks_for_dependents = stacks.clone();
     let stack_run = stack_ctrl
@@ -410,6 +412,7 @@ fn run_in(
                 .collect::<Vec<_>>()
         })
         .reconcile_on(flux_triggers)
+        .reconcile_on(branch_answers)
         .owns_shared_stream(update_owned)
         .watches_shared_stream(program_users, move |p: Arc<Program>| {
             stacks_for_programs
@@ -620,6 +623,30 @@ pub const MAX_REQUEUE: Duration = Duration::from_secs(24 * 3600);
 /// `Action::requeue`, bounded by [`MAX_REQUEUE`].
 pub fn requeue(after: Duration) -> Action {
     Action::requeue(after.min(MAX_REQUEUE))
+}
+
+/// The Stacks (in namespace `ns`, or all) that waited for a branch head that was just read.
+fn branch_answers(ns: Option<String>) -> impl futures::Stream<Item = ObjectRef<Stack>> {
+    use tokio::sync::broadcast::error::RecvError;
+    let answers = crate::source::poll::Poller::shared().answers();
+    futures::stream::unfold(answers, |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(waiters) => return Some((waiters, rx)),
+                // The missed Stacks are reconciled by their requeue.
+                Err(RecvError::Lagged(n)) => warn!(missed = n, "branch answers lagged"),
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    })
+    .flat_map(move |waiters| {
+        let refs: Vec<ObjectRef<Stack>> = waiters
+            .iter()
+            .filter(|(n, _)| ns.as_deref().is_none_or(|ns| ns == n))
+            .map(|(n, name)| ObjectRef::new(name).within(n))
+            .collect();
+        futures::stream::iter(refs)
+    })
 }
 
 /// Remembers, per Stack, what a reconcile acts on besides its status: the generation (spec

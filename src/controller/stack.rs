@@ -18,7 +18,7 @@
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::metrics::{StackLabels, UpdateLabels};
-use crate::source::{self, ResolveError};
+use crate::source::{self, ResolveError, Resolved};
 use crate::stack::decide::{decide, Decision, Limits, Observed};
 use crate::stack::inflight::{in_flight, owned_by, releasable, InFlight};
 use crate::stack::objects::{build_update, build_workspace, trigger_of, ResolvedSource};
@@ -42,6 +42,11 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 const SOURCE_UNAVAILABLE_REQUEUE: Duration = Duration::from_secs(30);
+/// While a branch head is read in the background: its answer triggers the next reconcile
+/// (`Poller::answers`); this is only a safety net.
+const SOURCE_PENDING_REQUEUE: Duration = Duration::from_secs(15);
+/// Reconciling reason while the head of a tracked branch is being read.
+const REASON_RESOLVING_SOURCE: &str = "ResolvingSource";
 /// Stalled reason (and Event reason) when an object the operation needs does not exist.
 const REASON_REFERENCE_NOT_FOUND: &str = "ReferenceNotFound";
 /// After losing the race for the Stack (it changed since it was read): its watch event
@@ -388,7 +393,12 @@ impl<'a> Pass<'a> {
         // older than this Stack's resync period (src/source/poll.rs).
         let resync = crate::stack::decide::resync_period(spec, &self.limits());
         match source::resolve_source(self.stack, self.ctx, resync).await {
-            Ok(s) => Ok(s),
+            Ok(Resolved::Ready(s)) => Ok(s),
+            Ok(Resolved::Pending { message }) => {
+                info!(%message, "source pending");
+                self.source_pending(&message);
+                Err(crate::controller::requeue(SOURCE_PENDING_REQUEUE))
+            }
             Err(ResolveError { reason, message }) => {
                 warn!(%message, %reason, "source unavailable");
                 if reason == names::REASON_SPEC_INVALID {
@@ -407,6 +417,23 @@ impl<'a> Pass<'a> {
                 // Secrets and remotes are not watched: look again later.
                 Err(crate::controller::requeue(SOURCE_UNAVAILABLE_REQUEUE))
             }
+        }
+    }
+
+    /// The branch head is being read: nothing was observed yet, so the observed generation
+    /// and reconciliation request stay as written (the request is still to be answered); a
+    /// Ready or Stalled Stack keeps its conditions (`status::settled`), any other says it waits.
+    fn source_pending(&mut self, message: &str) {
+        self.status.observed_generation = self.written.observed_generation;
+        self.status.observed_reconcile_request = self.written.observed_reconcile_request.clone();
+        if !status::settled(&self.status) {
+            mark_reconciling(
+                &mut self.status,
+                REASON_RESOLVING_SOURCE,
+                message,
+                self.generation,
+                &self.now,
+            );
         }
     }
 

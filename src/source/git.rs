@@ -1,15 +1,23 @@
 //! `git ls-remote` through gitoxide: resolves a branch (or tag) to the commit it points at,
 //! without cloning, with the Stack's git credentials (HTTP basic auth, token, GitHub App
-//! installation token, or an SSH key through the `ssh` program). Blocking network I/O runs on
-//! its own thread, never on a reconcile worker, and is abandoned after [`TIMEOUT`].
+//! installation token, or an SSH key through the `ssh` program). It is blocking: it runs on the
+//! bounded pool of [`super::pool`], never on a reconcile worker, within the call's deadline
+//! ([`Cancel`]): the HTTP transport's timeouts are set from it so a hung server ends the call by
+//! itself, and the call stops between steps once cancelled; SSH gets `ConnectTimeout` and
+//! keep-alive options from the same deadline (`Session::bound_ssh`).
 
-use pulumi_gitauth::{AuthFlags, Credentials, Session};
+use super::pool::Cancel;
+use pulumi_gitauth::{AuthFlags, Credentials, Session, Transport};
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-/// How long one ls-remote may take (including a GitHub App token exchange).
-pub const TIMEOUT: Duration = Duration::from_secs(90);
+/// How long one ls-remote of the tests may take.
+#[cfg(test)]
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The longest a connection attempt may take (shorter than the deadline when that is long).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A bare repository used only as a context for anonymous remotes (nothing is fetched into it).
 fn scratch_repo() -> Result<PathBuf, String> {
@@ -30,15 +38,102 @@ fn scratch_repo() -> Result<PathBuf, String> {
     .clone()
 }
 
-/// The commit `reference` (short `main`, `refs/heads/main`, or a tag name) points at on `url`.
-/// Errors are clear and never contain a credential.
-pub fn ls_remote_blocking(
+/// [`ls_remote`] with the tests' deadline, [`TIMEOUT`].
+#[cfg(test)]
+fn ls_remote_blocking(
     url: &str,
     reference: &str,
     credentials: &Credentials,
 ) -> Result<String, String> {
-    let session = Session::prepare(credentials, url)?;
+    ls_remote(
+        url,
+        reference,
+        credentials,
+        &Cancel::new(std::time::Instant::now() + TIMEOUT),
+    )
+}
+
+/// HTTP transport options whose timeouts end the call by its deadline: reqwest's `timeout`
+/// bounds each request, headers and body, so a server that accepts and never answers cannot
+/// hold the thread past the deadline (gitoxide's reqwest backend does not read
+/// `http.lowSpeedLimit`/`http.lowSpeedTime`, hence its client hook).
+fn http_options(
+    repo: &gix::Repository,
+    url: &str,
+    cancel: &Cancel,
+) -> Result<Box<dyn std::any::Any>, String> {
+    use gix_transport::client::blocking_io::http;
+    let mut options = repo
+        .transport_options(url, None)
+        .map_err(|e| format!("HTTP options: {e}"))?
+        .and_then(|o| o.downcast::<http::Options>().ok())
+        .unwrap_or_default();
+    let total = cancel.remaining();
+    let connect = total.min(CONNECT_TIMEOUT);
+    options.connect_timeout = Some(connect);
+    let backend = http::reqwest::Options {
+        configure_client: Some(Box::new(move |builder| {
+            Ok(builder.connect_timeout(connect).timeout(total))
+        })),
+        configure_request: None,
+    };
+    options.backend = Some(Arc::new(Mutex::new(backend)));
+    Ok(options)
+}
+
+/// A `git://` (git daemon) transport whose socket times out by the deadline: gitoxide's own
+/// has a connect timeout only, and a daemon that accepts and never answers would hold the
+/// thread for good.
+fn git_daemon(
+    url: &gix::Url,
+    version: gix_transport::Protocol,
+    cancel: &Cancel,
+) -> Result<Box<dyn gix_transport::client::blocking_io::Transport + Send>, String> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let host = url.host().ok_or("the URL has no host")?;
+    let port = url.port;
+    let addr = (host, port.unwrap_or(9418))
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{host} has no address"))?;
+    let read = TcpStream::connect_timeout(&addr, cancel.remaining().min(CONNECT_TIMEOUT))
+        .map_err(|e| format!("cannot connect to {host}: {e}"))?;
+    let timeouts = read
+        .set_read_timeout(Some(cancel.remaining()))
+        .and_then(|()| read.set_write_timeout(Some(cancel.remaining())));
+    let write = timeouts
+        .and_then(|()| read.try_clone())
+        .map_err(|e| format!("connection to {host}: {e}"))?;
+    Ok(Box::new(
+        gix_transport::client::git::blocking_io::Connection::new(
+            read,
+            write,
+            version,
+            url.path.clone(),
+            Some((host.to_string(), port)),
+            gix_transport::client::git::ConnectMode::Daemon,
+            false,
+        ),
+    ))
+}
+
+/// The commit `reference` (short `main`, `refs/heads/main`, or a tag name) points at on `url`,
+/// by the deadline of `cancel`. Errors are clear and never contain a credential.
+pub fn ls_remote(
+    url: &str,
+    reference: &str,
+    credentials: &Credentials,
+    cancel: &Cancel,
+) -> Result<String, String> {
+    // A GitHub App token exchange happens here: bounded by the same deadline.
+    let mut session = Session::prepare_within(credentials, url, cancel.remaining())?;
+    session.bound_ssh(cancel.remaining());
     let shown = session.redact(url);
+    let stopped = || format!("ls-remote {shown}: stopped at its deadline");
+    if cancel.is_cancelled() {
+        return Err(stopped());
+    }
     let dir = scratch_repo()?;
     let options = gix::open::Options::default().config_overrides(session.config_overrides());
     let repo =
@@ -62,13 +157,32 @@ pub fn ls_remote_blocking(
             None => session.redact(&format!("ls-remote {shown}: {detail}")),
         }
     };
-    let mut connection = remote
-        .connect(gix::remote::Direction::Fetch)
+    let (sanitized, version) = remote
+        .sanitized_url_and_version(gix::remote::Direction::Fetch)
         .map_err(|e| failed(&e))?;
+    let mut connection = if sanitized.scheme == gix::url::Scheme::Git {
+        let transport = git_daemon(&sanitized, version, cancel)
+            .map_err(|e| format!("ls-remote {shown}: {e}"))?;
+        remote.to_connection_with_transport(transport)
+    } else {
+        remote
+            .connect(gix::remote::Direction::Fetch)
+            .map_err(|e| failed(&e))?
+    };
     connection.set_credentials(session.credentials_fn(&flags));
+    if pulumi_gitauth::transport(url) == Transport::Http {
+        let options = http_options(&repo, url, cancel).map_err(|e| session.redact(&e))?;
+        connection.set_transport_options(options);
+    }
     let (map, _) = connection
         .ref_map(gix::progress::Discard, Default::default())
-        .map_err(|e| failed(&e))?;
+        .map_err(|e| {
+            if cancel.is_cancelled() {
+                format!("{}: {}", stopped(), failed(&e))
+            } else {
+                failed(&e)
+            }
+        })?;
     let candidates = [
         reference.to_string(),
         format!("refs/heads/{reference}"),
@@ -98,30 +212,6 @@ fn chain_of(e: &dyn std::error::Error) -> String {
         cur = s.source();
     }
     parts.join(": ")
-}
-
-/// [`ls_remote_blocking`] on a dedicated thread, abandoned after [`TIMEOUT`].
-pub async fn ls_remote(
-    url: &str,
-    reference: &str,
-    credentials: Credentials,
-) -> Result<String, String> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let (url, reference) = (url.to_string(), reference.to_string());
-    let shown = pulumi_gitauth::redact::urls(&url);
-    std::thread::Builder::new()
-        .name("ls-remote".into())
-        .spawn(move || {
-            let _ = tx.send(ls_remote_blocking(&url, &reference, &credentials));
-        })
-        .map_err(|e| format!("cannot start ls-remote: {e}"))?;
-    match tokio::time::timeout(TIMEOUT, rx).await {
-        Ok(answer) => answer.map_err(|_| "ls-remote thread ended without an answer".to_string())?,
-        Err(_) => Err(format!(
-            "ls-remote {shown}: no answer within {}s",
-            TIMEOUT.as_secs()
-        )),
-    }
 }
 
 #[cfg(test)]

@@ -3,9 +3,12 @@
 //! or a Flux source's artifact. Git credentials: [`auth`].
 
 pub mod auth;
+#[cfg(test)]
+mod blackhole_tests;
 pub mod flux;
 pub mod git;
 pub mod poll;
+pub mod pool;
 
 use crate::context::Context;
 use crate::controller::program::{digest, render_project};
@@ -43,27 +46,70 @@ impl ResolveError {
     }
 }
 
+/// A resolved source, or a branch head being read in the background.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolved {
+    Ready(ResolvedSource),
+    /// The Stack is reconciled again when the answer arrives ([`poll::Poller::answers`]).
+    Pending {
+        message: String,
+    },
+}
+
 /// Resolves the Stack's source with the branch poller shared by all Stacks: the head of a
 /// tracked branch is re-read when the shared answer is older than `resync` (the Stack's
-/// resync period), or at once for a new `pulumi.com/reconciliation-request` value.
+/// resync period), or at once for a new `pulumi.com/reconciliation-request` value. Never waits
+/// for a git remote.
 pub async fn resolve_source(
     stack: &Stack,
     ctx: &Context,
     resync: Duration,
-) -> Result<ResolvedSource, ResolveError> {
+) -> Result<Resolved, ResolveError> {
     resolve_with(
         stack,
         &ctx.client,
         &ctx.stores.programs,
-        Some(&ctx.metrics),
+        Some(ctx.metrics.clone()),
         resync,
     )
     .await
 }
 
+/// When each reconciliation request was first seen, per Stack UID: a request is satisfied by
+/// an answer read after that instant, however many reconciles it takes for the answer to
+/// arrive (using the reconcile's own "now" would never be satisfied by a background read).
+#[derive(Default)]
+pub struct Requests(std::sync::Mutex<std::collections::HashMap<String, (String, Instant)>>);
+
+impl Requests {
+    fn shared() -> &'static Requests {
+        static REQUESTS: std::sync::OnceLock<Requests> = std::sync::OnceLock::new();
+        REQUESTS.get_or_init(Requests::default)
+    }
+
+    /// The instant `request` was first seen for `uid` (now if it is new).
+    pub fn first_seen(&self, uid: &str, request: &str, now: Instant) -> Instant {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        // Requests are observed within minutes; an hour-old entry is a deleted Stack's.
+        seen.retain(|_, (_, at)| now.saturating_duration_since(*at) < Duration::from_secs(3600));
+        match seen.get(uid) {
+            Some((r, at)) if r == request => *at,
+            _ => {
+                seen.insert(uid.to_string(), (request.to_string(), now));
+                now
+            }
+        }
+    }
+}
+
 /// How fresh a branch head a reconcile needs: a new reconciliation-request value (not yet
-/// observed in status) wants one read after now; otherwise one younger than the resync period.
-pub fn need(stack: &Stack, resync: Duration, now: Instant) -> poll::Need {
+/// observed in status) wants one read after the request was first seen (`first_seen`);
+/// otherwise one younger than the resync period.
+pub fn need(
+    stack: &Stack,
+    resync: Duration,
+    first_seen: impl FnOnce(&str) -> Instant,
+) -> poll::Need {
     let requested = stack
         .annotations()
         .get(names::RECONCILIATION_REQUEST_ANNOTATION)
@@ -73,18 +119,40 @@ pub fn need(stack: &Stack, resync: Duration, now: Instant) -> poll::Need {
         .as_ref()
         .and_then(|s| s.observed_reconcile_request.as_ref());
     match requested {
-        Some(r) if Some(r) != observed => poll::Need::Since(now),
+        Some(r) if Some(r) != observed => poll::Need::Since(first_seen(r)),
         _ => poll::Need::MaxAge(resync),
     }
+}
+
+/// The reconcile-facing branch lookup: the head of `branch` on `url` from the shared poller,
+/// or `Pending` while it is read in the background for `waiter`.
+pub fn branch_head(
+    poller: &poll::Poller,
+    url: &str,
+    branch: &str,
+    credentials: pulumi_gitauth::Credentials,
+    need: poll::Need,
+    waiter: Option<poll::Waiter>,
+    metrics: Option<std::sync::Arc<Metrics>>,
+) -> poll::Answer {
+    let key = poll::Key {
+        url: url.to_string(),
+        reference: branch.to_string(),
+        credentials: credentials.fingerprint(),
+    };
+    let (url, branch) = (url.to_string(), branch.to_string());
+    poller.lookup(key, need, waiter, metrics, move |cancel| {
+        git::ls_remote(&url, &branch, &credentials, cancel)
+    })
 }
 
 async fn resolve_with(
     stack: &Stack,
     client: &Client,
     programs: &Store<Program>,
-    metrics: Option<&Metrics>,
+    metrics: Option<std::sync::Arc<Metrics>>,
     resync: Duration,
-) -> Result<ResolvedSource, ResolveError> {
+) -> Result<Resolved, ResolveError> {
     let ns = stack.namespace().unwrap_or_default();
     match stack.spec.source() {
         StackSource::Git(git) => {
@@ -97,16 +165,30 @@ async fn resolve_with(
             let commit = match git.revision() {
                 Some(GitRevision::Commit(c)) => c.to_string(),
                 Some(GitRevision::Branch(b)) => {
-                    let key = poll::Key {
-                        url: url.clone(),
-                        reference: b.to_string(),
-                        credentials: credentials.fingerprint(),
-                    };
-                    let need = need(stack, resync, Instant::now());
-                    poll::Poller::shared()
-                        .head(key, need, metrics, || git::ls_remote(&url, b, credentials))
-                        .await
-                        .map_err(ResolveError::unavailable)?
+                    let uid = stack.uid().unwrap_or_default();
+                    let need = need(stack, resync, |r| {
+                        Requests::shared().first_seen(&uid, r, Instant::now())
+                    });
+                    let waiter = Some((ns.clone(), stack.name_any()));
+                    match branch_head(
+                        poll::Poller::shared(),
+                        &url,
+                        b,
+                        credentials,
+                        need,
+                        waiter,
+                        metrics,
+                    ) {
+                        poll::Answer::Ready(r) => r.map_err(ResolveError::unavailable)?,
+                        poll::Answer::Pending => {
+                            return Ok(Resolved::Pending {
+                                message: format!(
+                                    "waiting for the head of branch {b:?} of {}",
+                                    pulumi_gitauth::redact::urls(&url)
+                                ),
+                            })
+                        }
+                    }
                 }
                 None => {
                     return Err(ResolveError::unavailable(
@@ -114,12 +196,12 @@ async fn resolve_with(
                     ))
                 }
             };
-            Ok(ResolvedSource::Git {
+            Ok(Resolved::Ready(ResolvedSource::Git {
                 url,
                 commit,
                 dir,
                 shallow: git.shallow,
-            })
+            }))
         }
         StackSource::Program(p) => {
             let program = programs
@@ -137,10 +219,10 @@ async fn resolve_with(
                         p.name
                     ))
                 })?;
-            Ok(ResolvedSource::Program {
+            Ok(Resolved::Ready(ResolvedSource::Program {
                 name: p.name.clone(),
                 digest: digest(&rendered),
-            })
+            }))
         }
         StackSource::Flux(flux) => {
             let r = &flux.source_ref;
@@ -181,14 +263,14 @@ async fn resolve_with(
             else {
                 return Err(ResolveError::unavailable("Flux source has no artifact"));
             };
-            Ok(ResolvedSource::Flux {
+            Ok(Resolved::Ready(ResolvedSource::Flux {
                 url: url.to_string(),
                 digest: artifact["digest"].as_str().unwrap_or_default().to_string(),
                 dir: flux.dir.clone().filter(|d| !d.is_empty()),
                 revision: revision.to_string(),
-            })
+            }))
         }
-        StackSource::None => Ok(ResolvedSource::None),
+        StackSource::None => Ok(Resolved::Ready(ResolvedSource::None)),
     }
 }
 
@@ -206,7 +288,8 @@ mod tests {
         .unwrap();
         let now = Instant::now();
         let period = Duration::from_secs(60);
-        assert_eq!(need(&stack, period, now), poll::Need::MaxAge(period));
+        let at = |_: &str| now;
+        assert_eq!(need(&stack, period, at), poll::Need::MaxAge(period));
         stack.metadata.annotations = Some(
             [(
                 names::RECONCILIATION_REQUEST_ANNOTATION.to_string(),
@@ -214,11 +297,24 @@ mod tests {
             )]
             .into(),
         );
-        assert_eq!(need(&stack, period, now), poll::Need::Since(now));
+        assert_eq!(need(&stack, period, at), poll::Need::Since(now));
         stack.status = Some(pulumi_operator_api::StackStatus {
             observed_reconcile_request: Some("1".into()),
             ..Default::default()
         });
-        assert_eq!(need(&stack, period, now), poll::Need::MaxAge(period));
+        assert_eq!(need(&stack, period, at), poll::Need::MaxAge(period));
+    }
+
+    #[test]
+    fn a_request_is_dated_when_first_seen() {
+        let requests = Requests::default();
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(5);
+        assert_eq!(requests.first_seen("u", "1", t0), t0);
+        // Reconciles while the branch head is read keep the first instant.
+        assert_eq!(requests.first_seen("u", "1", later), t0);
+        // A new value is a new request.
+        assert_eq!(requests.first_seen("u", "2", later), later);
+        assert_eq!(requests.first_seen("v", "1", later), later);
     }
 }

@@ -3,17 +3,21 @@
 //!
 //! A cache keyed by (url, reference, fingerprint of the credentials) holds the last answer (a
 //! commit or an error) and when it was fetched. A Stack's reconcile uses the cached answer when
-//! it is younger than the Stack's resync period, and refreshes it otherwise. Each key has its
-//! own async mutex: concurrent reconciles for the same key wait for the one call in flight and
-//! then use its answer (single flight). After a failure the key backs off (5 s, doubling, at
+//! it is younger than the Stack's resync period, and refreshes it otherwise. A reconcile never
+//! waits for the network: when the answer is not fresh enough it gets `Pending` at once, the
+//! call runs in the background on the bounded pool ([`super::pool`]: a few calls at once, a few
+//! per host, each with a deadline), and the Stacks that asked are announced on
+//! [`Poller::answers`] when it ends, to be reconciled again. One call per key is in flight at a
+//! time (single flight: 200 Stacks on one branch make one call). After a failure the key backs off (5 s, doubling, at
 //! most 5 min) before the next call, so a broken repository is not hammered by every Stack.
 //! Only real calls are counted in `pulumi_operator_git_ls_remote_total{result}`.
 
+use super::pool::{host_of, Cancel, Limits, Pool};
 use crate::metrics::{Metrics, ResultLabels};
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use tracing::debug;
 
 /// What is polled: a reference of a repository, with given credentials.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -38,6 +42,10 @@ pub struct Slot {
     pub last: Option<Last>,
     /// Consecutive failed calls.
     pub failures: u32,
+    /// A call is running.
+    pub in_flight: bool,
+    /// Who asked while the call was running, to be reconciled when it ends.
+    pub waiters: Vec<Waiter>,
 }
 
 /// How fresh an answer a reconcile needs.
@@ -103,70 +111,181 @@ pub fn record(slot: &mut Slot, result: Result<String, String>, at: Instant) {
     slot.last = Some(Last { result, at });
 }
 
+/// Pure: the reconcile's step, given the key's state: the cached answer, wait for the call in
+/// flight, or start one.
+pub fn step(slot: &Slot, need: Need, now: Instant) -> Step {
+    match plan(slot, need, now) {
+        Plan::Use(result) => Step::Use(result),
+        Plan::Call if slot.in_flight => Step::Wait,
+        Plan::Call => Step::Start,
+    }
+}
+
+/// What [`step`] decided.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    Use(Result<String, String>),
+    Wait,
+    Start,
+}
+
+/// What a reconcile gets at once.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    Ready(Result<String, String>),
+    /// A call is in flight; the waiter is announced on [`Poller::answers`] when it ends.
+    Pending,
+}
+
+/// Who waits for a key: a Stack's (namespace, name).
+pub type Waiter = (String, String);
+
 /// Keys unused for this long are forgotten.
 const FORGET_AFTER: Duration = Duration::from_secs(3600);
 
-type Entry = (Arc<tokio::sync::Mutex<Slot>>, Instant);
+/// How many announcements a slow subscriber may miss (it then relies on its requeue).
+const ANSWERS_BUFFER: usize = 1024;
 
-/// The cache of all keys.
-#[derive(Default)]
-pub struct Poller {
-    slots: Mutex<HashMap<Key, Entry>>,
+struct Entry {
+    slot: Slot,
+    used: Instant,
 }
 
+struct Inner {
+    slots: Mutex<HashMap<Key, Entry>>,
+    pool: Pool,
+    answers: tokio::sync::broadcast::Sender<Arc<Vec<Waiter>>>,
+}
+
+/// The cache of all keys, and the pool its calls run on.
+#[derive(Clone)]
+pub struct Poller {
+    inner: Arc<Inner>,
+}
+
+impl Default for Poller {
+    fn default() -> Poller {
+        Poller::new(Limits::default())
+    }
+}
+
+static SHARED: OnceLock<Poller> = OnceLock::new();
+
 impl Poller {
+    pub fn new(limits: Limits) -> Poller {
+        Poller {
+            inner: Arc::new(Inner {
+                slots: Mutex::default(),
+                pool: Pool::new(limits),
+                answers: tokio::sync::broadcast::channel(ANSWERS_BUFFER).0,
+            }),
+        }
+    }
+
+    /// Sets the limits of the operator's one poller; only before its first use (at start-up).
+    pub fn configure(limits: Limits) -> Result<(), Limits> {
+        SHARED.set(Poller::new(limits)).map_err(|p| p.limits())
+    }
+
     /// The operator's one poller.
     pub fn shared() -> &'static Poller {
-        static POLLER: OnceLock<Poller> = OnceLock::new();
-        POLLER.get_or_init(Poller::default)
+        SHARED.get_or_init(Poller::default)
     }
 
-    fn slot(&self, key: Key, now: Instant) -> Arc<tokio::sync::Mutex<Slot>> {
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        slots.retain(|_, (slot, used)| {
-            now.saturating_duration_since(*used) < FORGET_AFTER || Arc::strong_count(slot) > 1
-        });
-        let entry = slots.entry(key).or_insert_with(|| (Arc::default(), now));
-        entry.1 = now;
-        entry.0.clone()
+    pub fn limits(&self) -> Limits {
+        self.inner.pool.limits()
     }
 
-    /// The head of `key`: cached when fresh enough for `need`, else from `call` (one call per
-    /// key at a time; concurrent callers wait for it and share its answer).
-    pub async fn head<F, Fut>(
+    #[cfg(test)]
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    /// Every completed call's waiters, to reconcile them at once.
+    pub fn answers(&self) -> tokio::sync::broadcast::Receiver<Arc<Vec<Waiter>>> {
+        self.inner.answers.subscribe()
+    }
+
+    /// The head of `key` without waiting: the cached answer when fresh enough for `need`,
+    /// else `Pending`, with `call` started on the pool unless a call for the key is already in
+    /// flight (single flight: one call however many Stacks ask). `waiter` is announced on
+    /// [`Poller::answers`] when the call ends. Must be called within a tokio runtime.
+    pub fn lookup<F>(
         &self,
         key: Key,
         need: Need,
-        metrics: Option<&Metrics>,
+        waiter: Option<Waiter>,
+        metrics: Option<Arc<Metrics>>,
         call: F,
-    ) -> Result<String, String>
+    ) -> Answer
     where
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<String, String>>,
+        F: FnOnce(&Cancel) -> Result<String, String> + Send + 'static,
     {
-        let slot = self.slot(key, Instant::now());
-        let mut slot = slot.lock().await;
-        match plan(&slot, need, Instant::now()) {
-            Plan::Use(result) => result,
-            Plan::Call => {
-                let result = call().await;
-                if let Some(m) = metrics {
-                    let label = if result.is_ok() { "success" } else { "failure" };
-                    m.git_ls_remote
-                        .get_or_create(&ResultLabels {
-                            result: label.into(),
-                        })
-                        .inc();
+        let now = Instant::now();
+        let mut slots = self.inner.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.retain(|_, e| {
+            e.slot.in_flight || now.saturating_duration_since(e.used) < FORGET_AFTER
+        });
+        let entry = slots.entry(key.clone()).or_insert_with(|| Entry {
+            slot: Slot::default(),
+            used: now,
+        });
+        entry.used = now;
+        let step = step(&entry.slot, need, now);
+        if step == Step::Wait || step == Step::Start {
+            if let Some(w) = waiter {
+                if !entry.slot.waiters.contains(&w) {
+                    entry.slot.waiters.push(w);
                 }
-                record(&mut slot, result.clone(), Instant::now());
-                result
+            }
+        }
+        match step {
+            Step::Use(result) => Answer::Ready(result),
+            Step::Wait => Answer::Pending,
+            Step::Start => {
+                entry.slot.in_flight = true;
+                drop(slots);
+                let inner = self.inner.clone();
+                tokio::spawn(async move {
+                    let shown = pulumi_gitauth::redact::urls(&key.url);
+                    let result = match inner.pool.run(&host_of(&key.url), call).await {
+                        Ok(r) => r,
+                        Err(e) => Err(format!("ls-remote {shown}: {e}")),
+                    };
+                    if let Some(m) = metrics {
+                        let label = if result.is_ok() { "success" } else { "failure" };
+                        m.git_ls_remote
+                            .get_or_create(&ResultLabels {
+                                result: label.into(),
+                            })
+                            .inc();
+                    }
+                    if let Err(e) = &result {
+                        debug!(repository = %shown, reference = %key.reference, "ls-remote failed: {e}");
+                    }
+                    let waiters = {
+                        let mut slots = inner.slots.lock().unwrap_or_else(|p| p.into_inner());
+                        let entry = slots.entry(key).or_insert_with(|| Entry {
+                            slot: Slot::default(),
+                            used: Instant::now(),
+                        });
+                        record(&mut entry.slot, result, Instant::now());
+                        entry.slot.in_flight = false;
+                        std::mem::take(&mut entry.slot.waiters)
+                    };
+                    if !waiters.is_empty() {
+                        // No subscriber (tests, shutdown) is not an error.
+                        let _ = inner.answers.send(Arc::new(waiters));
+                    }
+                });
+                Answer::Pending
             }
         }
     }
 
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.slots.lock().unwrap().len()
+        self.inner.slots.lock().unwrap().len()
     }
 }
 
@@ -239,43 +358,71 @@ mod tests {
         assert_eq!(backoff(u32::MAX), Duration::from_secs(300));
     }
 
+    /// Polls `lookup` until it is ready (as the re-triggered reconciles would).
+    async fn settle(poller: &Poller, key: Key, need: Need) -> Result<String, String> {
+        for _ in 0..500 {
+            if let Answer::Ready(r) = poller.lookup(key.clone(), need, None, None, |_| {
+                Err("unexpected call".to_string())
+            }) {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no answer");
+    }
+
+    #[test]
+    fn steps_wait_for_the_call_in_flight() {
+        let t0 = Instant::now();
+        let need = Need::MaxAge(Duration::from_secs(60));
+        assert_eq!(step(&Slot::default(), need, t0), Step::Start);
+        let running = Slot {
+            in_flight: true,
+            ..Default::default()
+        };
+        assert_eq!(step(&running, need, t0), Step::Wait);
+        // A fresh answer is used even while a refresh for a shorter period runs.
+        let mut fresh = running.clone();
+        record(&mut fresh, Ok("abc".into()), t0);
+        assert_eq!(step(&fresh, need, t0), Step::Use(Ok("abc".into())));
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn concurrent_reconciles_share_one_call() {
-        let poller = Arc::new(Poller::default());
+        let poller = Poller::default();
         let calls = Arc::new(AtomicU32::new(0));
         let metrics = Arc::new(Metrics::default());
-        let mut tasks = Vec::new();
-        for _ in 0..200 {
-            let (poller, calls, metrics) = (poller.clone(), calls.clone(), metrics.clone());
-            tasks.push(tokio::spawn(async move {
-                poller
-                    .head(
-                        key("main"),
-                        Need::MaxAge(Duration::from_secs(60)),
-                        Some(&metrics),
-                        || async {
-                            calls.fetch_add(1, Ordering::SeqCst);
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            Ok::<_, String>("abc".to_string())
-                        },
-                    )
-                    .await
-            }));
+        let mut answers = poller.answers();
+        let need = Need::MaxAge(Duration::from_secs(60));
+        for i in 0..200 {
+            let calls = calls.clone();
+            let answer = poller.lookup(
+                key("main"),
+                need,
+                Some(("ns".into(), format!("s{}", i % 100))),
+                Some(metrics.clone()),
+                move |_| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(100));
+                    Ok("abc".to_string())
+                },
+            );
+            assert_eq!(answer, Answer::Pending);
         }
-        for t in tasks {
-            assert_eq!(t.await.unwrap(), Ok("abc".to_string()));
-        }
+        // The waiters (each once) are announced when the one call ends.
+        let waiters = tokio::time::timeout(Duration::from_secs(5), answers.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(waiters.len(), 100);
+        assert_eq!(settle(&poller, key("main"), need).await, Ok("abc".into()));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         // Another reference, or other credentials, is another key.
-        let other = poller
-            .head(
-                key("dev"),
-                Need::MaxAge(Duration::from_secs(60)),
-                Some(&metrics),
-                || async { Err::<String, _>("no commits found".to_string()) },
-            )
-            .await;
-        assert!(other.is_err());
+        let other = poller.lookup(key("dev"), need, None, Some(metrics.clone()), |_| {
+            Err("no commits found".to_string())
+        });
+        assert_eq!(other, Answer::Pending);
+        assert!(settle(&poller, key("dev"), need).await.is_err());
         let text = metrics.encode();
         assert!(
             text.contains("pulumi_operator_git_ls_remote_total{result=\"success\"} 1"),
@@ -286,12 +433,16 @@ mod tests {
             "{text}"
         );
         // A stale answer is refreshed by one call.
-        let fresh = poller
-            .head(key("main"), Need::MaxAge(Duration::ZERO), None, || async {
-                Ok::<_, String>("def".to_string())
-            })
-            .await;
-        assert_eq!(fresh, Ok("def".to_string()));
+        let stale = Need::MaxAge(Duration::ZERO);
+        let since = Instant::now();
+        assert_eq!(
+            poller.lookup(key("main"), stale, None, None, |_| Ok("def".to_string())),
+            Answer::Pending
+        );
+        assert_eq!(
+            settle(&poller, key("main"), Need::Since(since)).await,
+            Ok("def".to_string())
+        );
         assert_eq!(poller.len(), 2);
     }
 }

@@ -134,6 +134,16 @@ pub fn mark_stalled(
     set(c, vec![ready, stalled], &[names::CONDITION_RECONCILING]);
 }
 
+/// Whether the conditions already tell a settled state (`Ready=True` or `Stalled=True`), which
+/// a background read of the branch head should not replace with `Reconciling`: a periodic
+/// re-read must not flap a Ready Stack, nor each retry of a failing remote a Stalled one.
+pub fn settled(status: &StackStatus) -> bool {
+    status.conditions.iter().flatten().any(|c| {
+        (c.type_ == names::CONDITION_READY || c.type_ == names::CONDITION_STALLED)
+            && c.status == "True"
+    })
+}
+
 /// The conditions that follow from the last finished update (PKO's `markStackResult`).
 pub fn mark_result(status: &mut StackStatus, generation: i64, now: &Time) {
     let Some(last) = status.last_update.clone() else {
@@ -309,6 +319,19 @@ pub fn absorb(
 mod tests {
     use super::*;
     use pulumi_operator_api::CurrentStackUpdate;
+
+    #[test]
+    fn ready_and_stalled_are_settled_states() {
+        let now = Time(jiff::Timestamp::now());
+        let mut s = StackStatus::default();
+        assert!(!settled(&s));
+        mark_reconciling(&mut s, "R", "m", 1, &now);
+        assert!(!settled(&s));
+        mark_stalled(&mut s, names::REASON_SOURCE_UNAVAILABLE, "m", 1, &now);
+        assert!(settled(&s));
+        mark_ready(&mut s, 1, &now);
+        assert!(settled(&s));
+    }
 
     fn now() -> Time {
         Time("2026-01-01T00:00:00Z".parse().unwrap())
