@@ -707,3 +707,62 @@ fn base64_encode(data: &[u8]) -> String {
     }
     out
 }
+
+#[tokio::test]
+async fn a_black_holed_remote_does_not_delay_other_stacks() {
+    let f = StackFixture::new("blackhole").await;
+    let program = "name: e2e\nruntime: yaml\nresources:\n  a:\n    type: standin:index:Record\n    properties: {value: x}\noutputs:\n  v: on-time\n";
+    let sha = f.repo.commit(&[("Pulumi.yaml", program)], "v1");
+    // 30 Stacks tracking branches of repositories on a server that accepts and never answers.
+    // BLACKHOLE_STACKS=0 measures the same Stacks alone, for comparison.
+    let dead_stacks: usize = std::env::var("BLACKHOLE_STACKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let (dead_port, _) = listener();
+    let mut yaml = String::new();
+    for i in 0..dead_stacks {
+        yaml.push_str(
+            &f.stack_yaml(&format!("dead-{i}"), "branch: main", "")
+                .replace(
+                    &f.url(),
+                    &format!("http://127.0.0.1:{dead_port}/repo-{i}.git"),
+                ),
+        );
+        yaml.push_str("---\n");
+    }
+    if !yaml.is_empty() {
+        f.sn.ns.apply(&yaml);
+    }
+    // Let them take every slot they can.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let started = std::time::Instant::now();
+    f.sn.ns
+        .apply(&f.stack_yaml("pinned", &format!("commit: {sha}"), ""));
+    f.sn.ns.apply(&f.stack_yaml("tracking", "branch: main", ""));
+    for name in ["pinned", "tracking"] {
+        f.wait_stack_for(
+            Duration::from_secs(120),
+            name,
+            "Ready",
+            test_support::stack_ready,
+        )
+        .await;
+        eprintln!(
+            "{name}: Ready {:.1}s after it was applied, beside {dead_stacks} Stacks on a black-holed remote",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    if dead_stacks == 0 {
+        return;
+    }
+    // The dead ones say what they wait for, and none has a result yet.
+    let dead = f.stack("dead-0").await;
+    let text = serde_json::to_string(&dead.status).unwrap_or_default();
+    assert!(
+        text.contains("ResolvingSource")
+            || text.contains("SourceUnavailable")
+            || text.contains("Reconciling"),
+        "{text}"
+    );
+}

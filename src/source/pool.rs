@@ -84,7 +84,14 @@ impl Cancel {
 pub fn host_of(url: &str) -> String {
     let bytes: &[u8] = url.trim().as_bytes();
     match gix::url::parse(bytes) {
-        Ok(u) => u.host().unwrap_or_default().to_ascii_lowercase(),
+        // With the port: two servers on one address are two remotes.
+        Ok(u) => {
+            let host = u.host().unwrap_or_default().to_ascii_lowercase();
+            match u.port {
+                Some(port) => format!("{host}:{port}"),
+                None => host,
+            }
+        }
         Err(_) => String::new(),
     }
 }
@@ -200,9 +207,12 @@ mod tests {
     #[test]
     fn hosts_of_urls() {
         assert_eq!(host_of("https://GitHub.com/o/r.git"), "github.com");
-        assert_eq!(host_of("https://user:pw@example.com:8443/r"), "example.com");
+        assert_eq!(
+            host_of("https://user:pw@example.com:8443/r"),
+            "example.com:8443"
+        );
         assert_eq!(host_of("git@github.com:o/r.git"), "github.com");
-        assert_eq!(host_of("ssh://git@10.0.0.1:2222/r"), "10.0.0.1");
+        assert_eq!(host_of("ssh://git@10.0.0.1:2222/r"), "10.0.0.1:2222");
         assert_eq!(host_of("file:///srv/r.git"), "");
         assert_eq!(host_of("not a url"), "");
     }
