@@ -18,6 +18,9 @@ pub enum Error {
 
     #[error("internal error (a bug, please report it): {0}")]
     Panicked(String),
+
+    #[error("{0}")]
+    Internal(String),
 }
 
 impl Error {
@@ -31,6 +34,7 @@ impl Error {
             Error::Kube(kube::Error::BuildRequest(_)) => true,
             Error::Kube(_) => false,
             Error::Json(_) | Error::Yaml(_) | Error::MissingField(_) | Error::Panicked(_) => true,
+            Error::Internal(_) => false,
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod names;
 pub mod plan;
 pub mod program;
 pub mod reference;
+pub mod sealed;
 pub mod stack;
 pub mod update;
 pub mod validation;

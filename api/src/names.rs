@@ -218,6 +218,9 @@ pub const UPDATE_REASON_UPDATED: &str = "Updated";
 pub const UPDATE_REASON_UPDATE_SUCCEEDED: &str = "UpdateSucceeded";
 /// Update `Failed=True`: the operation failed.
 pub const UPDATE_REASON_UPDATE_FAILED: &str = "UpdateFailed";
+/// The operation succeeded but its outputs could not be read back from its pod (the pod or
+/// its log is gone); the Stack retries.
+pub const UPDATE_REASON_OUTPUTS_UNAVAILABLE: &str = "OutputsUnavailable";
 /// Update `Failed=True`: the run ended without a result.
 pub const UPDATE_REASON_ABORTED: &str = "Aborted";
 /// Update `Failed=True`: the Update was deleted or orphaned before it finished.

@@ -183,6 +183,10 @@ pub struct RunPlan {
     /// Labels to put on the outputs Secret (e.g. `pulumi.com/stack-name`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub outputs_labels: BTreeMap<String, String>,
+    /// The key the outputs are sealed with in the pod's log ([`crate::sealed`]); the operator
+    /// then writes the outputs Secret. Without it the runner writes the Secret itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs_key: Option<String>,
     /// Verbosity of Pulumi's own logs (`-v`), 0 for none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pulumi_log_level: Option<u32>,
@@ -340,6 +344,10 @@ pub struct RunResult {
     /// The outputs Secret written (absent when the operation has no outputs to report).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outputs: Option<String>,
+    /// With sealed outputs: the SHA-256 of the sealed line in the log (the operator writes
+    /// the outputs Secret from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs_digest: Option<String>,
     /// Stale locks of earlier operations of this Stack that the runner cleared (`user@host
     /// (pid N) at time`, as Pulumi reported them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -356,6 +364,7 @@ impl RunResult {
             summary: None,
             project: None,
             outputs: None,
+            outputs_digest: None,
             stale_locks_cleared: Vec::new(),
         }
     }
@@ -431,6 +440,7 @@ mod tests {
             },
             outputs_secret: "s-1-stack-outputs".into(),
             outputs_labels: BTreeMap::new(),
+            outputs_key: None,
             pulumi_log_level: None,
             lock_holder: None,
             secret_env: vec!["PULUMI_ACCESS_TOKEN".into()],
@@ -461,6 +471,7 @@ mod tests {
                 options: OperationOptions::default(),
                 outputs_secret: String::new(),
                 outputs_labels: BTreeMap::new(),
+                outputs_key: None,
                 pulumi_log_level: None,
                 lock_holder: None,
                 secret_env: Vec::new(),

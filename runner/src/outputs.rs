@@ -95,6 +95,22 @@ pub fn sanitize_key(name: &str) -> String {
         .collect()
 }
 
+/// The outputs as the operator seals them into the outputs Secret: data key → the output's
+/// JSON, and the secret keys (pure).
+pub fn payload(outputs: &StackOutputs) -> pulumi_operator_api::sealed::OutputsPayload {
+    let mut payload = pulumi_operator_api::sealed::OutputsPayload::default();
+    for (name, value) in &outputs.values {
+        let key = sanitize_key(name);
+        if outputs.secret.contains(name) {
+            payload.secret_keys.insert(key.clone());
+        }
+        payload
+            .data
+            .insert(key, serde_json::to_string(value).unwrap_or_default());
+    }
+    payload
+}
+
 /// The outputs Secret (pure).
 pub fn build_secret(plan: &RunPlan, outputs: &StackOutputs) -> Secret {
     let mut data = BTreeMap::new();
@@ -245,6 +261,7 @@ mod tests {
             options: Default::default(),
             outputs_secret: "s-up-1-stack-outputs".into(),
             outputs_labels: BTreeMap::from([("pulumi.com/stack-name".into(), "s".into())]),
+            outputs_key: None,
             pulumi_log_level: None,
             lock_holder: None,
             secret_env: Vec::new(),

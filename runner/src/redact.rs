@@ -266,6 +266,7 @@ mod tests {
             options: Default::default(),
             outputs_secret: "u-stack-outputs".into(),
             outputs_labels: Default::default(),
+            outputs_key: None,
             pulumi_log_level: None,
             lock_holder: None,
             secret_env: secret_env.iter().map(|s| s.to_string()).collect(),

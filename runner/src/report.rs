@@ -69,6 +69,7 @@ pub fn succeeded(message: impl Into<String>) -> RunResult {
         summary: None,
         project: None,
         outputs: None,
+        outputs_digest: None,
         stale_locks_cleared: Vec::new(),
     }
 }

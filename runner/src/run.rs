@@ -243,6 +243,27 @@ async fn run_inner(
         let outputs = read_outputs(&runner, stack, redactor).await?;
         if outputs.is_empty() {
             log("the stack has no outputs");
+        } else if let Some(key) = plan.outputs_key.as_deref() {
+            // Sealed in the log for the operator, which writes the outputs Secret: this pod
+            // needs no rights on Secrets.
+            let sealed = pulumi_operator_api::sealed::seal(key, &outputs::payload(&outputs))
+                .map_err(|e| {
+                    Failure::new(
+                        FailureReason::UpdateFailed,
+                        format!("the operation succeeded, but its outputs cannot be sealed: {e}"),
+                    )
+                })?;
+            log(format!(
+                "{} outputs, handed to the operator sealed",
+                outputs.values.len()
+            ));
+            // Straight to the container's log, past the redactor: the line is ciphertext.
+            eprintln!(
+                "{}{sealed}",
+                pulumi_operator_api::sealed::OUTPUTS_LINE_PREFIX
+            );
+            result.outputs = Some(plan.outputs_secret.clone());
+            result.outputs_digest = Some(pulumi_operator_api::sealed::digest(&sealed));
         } else if opts.skip_outputs_secret {
             log(format!(
                 "{} outputs; not writing the outputs Secret ({SKIP_OUTPUTS_SECRET_ENV} is set)",

@@ -21,6 +21,7 @@ fn plan(ns: &str, uid: &str) -> RunPlan {
         options: Default::default(),
         outputs_secret: "outputs-up-stack-outputs".into(),
         outputs_labels: BTreeMap::from([("pulumi.com/stack-name".into(), "outputs".into())]),
+        outputs_key: None,
         pulumi_log_level: None,
         lock_holder: None,
         secret_env: Vec::new(),

@@ -395,6 +395,19 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
             }
         }
     }
+    if let Progress::Succeeded { result, end } = &progress {
+        if let Some(digest) = result.outputs_digest.as_deref() {
+            if let Err(why) = collect_outputs(&ctx, &ns, &update, &pod_refs, digest).await? {
+                warn!(%why, "outputs unavailable");
+                progress = Progress::Failed {
+                    reason: names::UPDATE_REASON_OUTPUTS_UNAVAILABLE.into(),
+                    message: format!("the operation succeeded, but {why}"),
+                    result: Some(result.clone()),
+                    end: end.clone(),
+                };
+            }
+        }
+    }
     let status = status_for(&update, &progress, start, &now);
     let changed = status != update.status.clone().unwrap_or_default();
     if changed {
@@ -459,6 +472,101 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         Progress::Running { .. } => Ok(crate::controller::requeue(Duration::from_secs(
             STUCK_AFTER_SECONDS as u64 / 4,
         ))),
+    }
+}
+
+/// Writes the outputs Secret `<update>-stack-outputs` from the sealed line in the succeeded
+/// pod's log, opened with the key of this Update's plan Secret (PKO's operator writes it too;
+/// the pod needs no rights on Secrets). `Ok(Err(why))`: the outputs cannot be had.
+async fn collect_outputs(
+    ctx: &Context,
+    ns: &str,
+    update: &Update,
+    pods: &[&Pod],
+    digest: &str,
+) -> Result<std::result::Result<(), String>> {
+    use pulumi_operator_api::plan::{plan_secret_name, RunPlan, PLAN_KEY};
+    use pulumi_operator_api::sealed;
+    let name = update.name_any();
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let outputs_name = format!("{name}-stack-outputs");
+    if let Some(existing) = secrets.get_opt(&outputs_name).await? {
+        return Ok(if owned_by_update(&existing, update) {
+            Ok(())
+        } else {
+            Err(format!(
+                "a Secret {outputs_name} that does not belong to this Update is in the way"
+            ))
+        });
+    }
+    let plan: Option<RunPlan> = secrets
+        .get_opt(&plan_secret_name(&name))
+        .await?
+        .filter(|s| owned_by_update(s, update))
+        .and_then(|s| s.data)
+        .and_then(|d| d.get(PLAN_KEY).cloned())
+        .and_then(|b| serde_json::from_slice(&b.0).ok());
+    let Some((plan, key)) = plan.and_then(|p| p.outputs_key.clone().map(|k| (p, k))) else {
+        return Ok(Err(
+            "its plan Secret is gone, so its outputs cannot be opened".into(),
+        ));
+    };
+    let succeeded = pods
+        .iter()
+        .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"));
+    let Some(pod) = succeeded else {
+        return Ok(Err("its pod is gone, so its outputs cannot be read".into()));
+    };
+    let params = kube::api::LogParams {
+        container: Some(names::PULUMI_CONTAINER.into()),
+        tail_lines: Some(50),
+        ..Default::default()
+    };
+    let log = match Api::<Pod>::namespaced(ctx.client.clone(), ns)
+        .logs(&pod.name_any(), &params)
+        .await
+    {
+        Ok(log) => log,
+        Err(kube::Error::Api(e)) if matches!(e.code, 400 | 404) => {
+            return Ok(Err(format!("its pod's log cannot be read: {}", e.message)))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let Some(line) = sealed::find_line(&log).filter(|l| sealed::digest(l) == digest) else {
+        return Ok(Err(
+            "its outputs are not in its pod's log as reported".into()
+        ));
+    };
+    let payload = match sealed::open(&key, line) {
+        Ok(p) => p,
+        Err(e) => return Ok(Err(format!("its outputs cannot be opened: {e}"))),
+    };
+    let mut labels = plan.outputs_labels.clone();
+    labels.insert("auto.pulumi.com/component".into(), "update".into());
+    labels.insert(names::UPDATE_NAME_LABEL.into(), name.clone());
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {
+            "name": outputs_name, "namespace": ns, "labels": labels,
+            "annotations": {"pulumi.com/secrets": serde_json::to_string(&payload.secret_keys)?},
+            "ownerReferences": [update.controller_owner_ref(&())],
+        },
+        "immutable": true,
+        "type": "Opaque",
+        "stringData": payload.data,
+    }))?;
+    match secrets.create(&PostParams::default(), &secret).await {
+        Ok(_) => {
+            info!(secret = %outputs_name, outputs = payload.data.len(), "wrote the outputs Secret");
+            Ok(Ok(()))
+        }
+        // Written by a reconcile just before this one.
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Ok(())),
+        Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => Ok(Err(format!(
+            "its outputs Secret was refused: {}",
+            e.message
+        ))),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -582,7 +690,14 @@ async fn start(
         )));
     }
     let plan = match build_plan(update, &ws) {
-        Ok(p) => p,
+        Ok(mut p) => {
+            // The outputs come back sealed with this key in the pod's log (see `sealed`).
+            p.outputs_key = Some(
+                pulumi_operator_api::sealed::new_key()
+                    .map_err(|e| Error::Internal(e.to_string()))?,
+            );
+            p
+        }
         Err(message) => {
             return fail_before_start(ctx, api, update, "InvalidUpdate", message, now)
                 .await

@@ -198,6 +198,7 @@ pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, String> {
         options,
         outputs_secret: names::outputs_secret_name(&name),
         outputs_labels,
+        outputs_key: None,
         pulumi_log_level: spec.pulumi_log_level.filter(|l| *l > 0),
         lock_holder: Some(lock_holder(update)),
         secret_env: secret.names,

@@ -238,6 +238,7 @@ pub fn plan(operation: Operation, source: Option<Source>) -> RunPlan {
         options: Default::default(),
         outputs_secret: "st-up-1-stack-outputs".into(),
         outputs_labels: Default::default(),
+        outputs_key: None,
         pulumi_log_level: None,
         lock_holder: None,
         secret_env: Vec::new(),

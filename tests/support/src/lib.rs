@@ -364,8 +364,8 @@ impl Drop for GitServer {
     }
 }
 
-/// A namespace prepared like a user's: the ServiceAccount `pulumi` bound to the operator's
-/// `pulumi-operator-stack` ClusterRole, a passphrase Secret, and a file backend directory on
+/// A namespace prepared like a user's: the ServiceAccount `pulumi` with PKO's documented
+/// binding (`system:auth-delegator`, no rights on Secrets), a passphrase Secret, and a file backend directory on
 /// this machine that every pod of the test cluster can write to (pods are local processes).
 pub struct StackNamespace {
     pub ns: TestNamespace,
@@ -407,7 +407,7 @@ metadata: {{name: pulumi}}
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata: {{name: pulumi-stack}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: pulumi-operator-stack}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:auth-delegator}}
 subjects: [{{kind: ServiceAccount, name: pulumi, namespace: {ns}}}]
 ---
 apiVersion: v1
