@@ -360,6 +360,7 @@ async fn installed_roles_grant_least_privilege() {
         ("create", "updates.auto.pulumi.com"),
         ("get", "configmaps"),
         ("create", "configmaps"),
+        ("get", "pods/log"),
     ] {
         assert!(
             can_i(op, verb, resource, None),
