@@ -715,6 +715,50 @@ async fn cancelled(token: CancellationToken) {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn what_is_kept_about_a_gone_object_is_forgotten() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let (reader, mut writer) = reflector::store::<Stack>();
+        let cfg = <crate::config::Config as clap::Parser>::try_parse_from(["op"]).unwrap();
+        let ctx = Arc::new(Context::new(
+            client,
+            cfg,
+            Arc::new(crate::metrics::Metrics::default()),
+            Stores {
+                stacks: reader.clone(),
+                updates: reflector::store().0,
+                programs: reflector::store().0,
+                workspaces: reflector::store().0,
+                jobs: reflector::store().0,
+                pods: reflector::store().0,
+            },
+        ));
+        let s = Arc::new(stack(1, "", 1));
+        writer.apply_watcher_event(&watcher::Event::Apply((*s).clone()));
+        ctx.failed("stack/ns/s");
+        ctx.metrics
+            .stacks_failing
+            .get_or_create(&crate::metrics::StackLabels {
+                namespace: "ns".into(),
+                name: "s".into(),
+            })
+            .set(1);
+        let mut filter = alive(reader, ctx.clone(), "stack");
+        assert!(filter(&s), "a Stack in the store passes");
+        assert_eq!(ctx.failed("stack/ns/s"), 1, "and keeps its count");
+        writer.apply_watcher_event(&watcher::Event::Delete((*s).clone()));
+        assert!(!filter(&s), "a deleted Stack does not");
+        assert_eq!(ctx.failed("stack/ns/s"), 0, "its failure count is gone");
+        assert!(
+            !ctx.metrics.encode().contains("name=\"s\""),
+            "and its series"
+        );
+        // Bounded requeues: far-away times become a daily check.
+        let _ = requeue(Duration::from_secs(u64::MAX));
+        assert!(MAX_REQUEUE <= Duration::from_secs(86_400));
+    }
+
     fn stack(generation: i64, request: &str, status_generation: i64) -> Stack {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "pulumi.com/v1", "kind": "Stack",
