@@ -158,6 +158,18 @@ cmd_up() {
     --listen-peer-urls "http://127.0.0.1:$PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$PEER_PORT" \
     --initial-cluster "default=http://127.0.0.1:$PEER_PORT" --unsafe-no-fsync --log-level=warn
 
+  # The operator's own requests are audited (metadata only), so that a test can compare the
+  # rights it uses with the rights its ClusterRole grants (tests/rbac_audit.rs).
+  cat >"$STATE_DIR/pki/audit-policy.yaml" <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  users: ["system:serviceaccount:pulumi-operator:pulumi-operator"]
+- level: None
+POLICY
+
   log "starting kube-apiserver $("$TOOLS_BIN/kube-apiserver" --version) on 127.0.0.1:$API_PORT"
   start_bg apiserver "$TOOLS_BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --bind-address=127.0.0.1 --secure-port="$API_PORT" --advertise-address=127.0.0.1 \
@@ -166,7 +178,9 @@ cmd_up() {
     --service-account-issuer=https://kubernetes.default.svc --service-cluster-ip-range=10.96.0.0/16 \
     --kubelet-preferred-address-types=InternalIP --enable-admission-plugins=PodSecurity --endpoint-reconciler-type=none \
     --disable-admission-plugins=TaintNodesByCondition \
-    --max-requests-inflight=800 --max-mutating-requests-inflight=400
+    --max-requests-inflight=800 --max-mutating-requests-inflight=400 \
+    --audit-policy-file="$STATE_DIR/pki/audit-policy.yaml" --audit-log-path="$STATE_DIR/logs/audit.log" \
+    --audit-log-maxsize=200 --audit-log-maxbackup=3
 
   cat >"$STATE_DIR/kubeconfig" <<KC
 apiVersion: v1

@@ -1,0 +1,145 @@
+//! Least privilege, measured: the operator's ClusterRole and leader-election Role grant what the
+//! operator was seen to use, and nothing else. The test cluster's API server audits the
+//! operator's own requests (tests/local-cluster.sh); this test reads that log after the other
+//! tests ran (`tests/run.sh` runs it last) and compares every (API group, resource, verb) used
+//! with every one granted.
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+const OPERATOR_USER: &str = "system:serviceaccount:pulumi-operator:pulumi-operator";
+
+/// Granted rights that no request of the suite uses, each with the reason it stays.
+const NOT_REQUESTS: &[(&str, &str, &str, &str)] = &[
+    (
+        "pulumi.com",
+        "stacks/finalizers",
+        "update",
+        "checked by the API server when the operator sets blockOwnerDeletion on an owner reference",
+    ),
+    (
+        "auto.pulumi.com",
+        "workspaces/finalizers",
+        "update",
+        "checked by the API server when the operator sets blockOwnerDeletion on an owner reference",
+    ),
+    (
+        "auto.pulumi.com",
+        "updates/finalizers",
+        "update",
+        "checked by the API server when the operator sets blockOwnerDeletion on an owner reference",
+    ),
+];
+
+type Right = (String, String, String);
+
+fn granted() -> BTreeSet<Right> {
+    let path = test_support::repo_root().join("kustomize/base/rbac.yaml");
+    let text = std::fs::read_to_string(&path).expect("rbac.yaml");
+    let mut out = BTreeSet::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let doc: Value = serde::Deserialize::deserialize(doc).expect("yaml");
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+        let ours = matches!(
+            (doc["kind"].as_str(), name),
+            (Some("ClusterRole"), "pulumi-operator")
+                | (Some("Role"), "pulumi-operator-leader-election")
+        );
+        if !ours {
+            continue;
+        }
+        for rule in doc["rules"].as_array().into_iter().flatten() {
+            let list = |k: &str| -> Vec<String> {
+                rule[k]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            };
+            for group in list("apiGroups") {
+                for resource in list("resources") {
+                    for verb in list("verbs") {
+                        out.insert((group.clone(), resource.clone(), verb));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// (rights used, requests refused) from the audit log(s).
+fn used() -> (BTreeSet<Right>, Vec<String>) {
+    let dir = test_support::repo_root().join(".local-cluster/logs");
+    let mut used = BTreeSet::new();
+    let mut refused = Vec::new();
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir)
+        .expect("the local cluster's logs")
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if !name.starts_with("audit") {
+            continue;
+        }
+        files += 1;
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        for line in text.lines() {
+            let Ok(e) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            if e["user"]["username"].as_str() != Some(OPERATOR_USER) {
+                continue;
+            }
+            let o = &e["objectRef"];
+            let Some(resource) = o["resource"].as_str() else {
+                continue; // discovery and the like
+            };
+            let resource = match o["subresource"].as_str() {
+                Some(sub) => format!("{resource}/{sub}"),
+                None => resource.to_string(),
+            };
+            let group = o["apiGroup"].as_str().unwrap_or_default().to_string();
+            let verb = e["verb"].as_str().unwrap_or_default().to_string();
+            if e["responseStatus"]["code"].as_i64() == Some(403) {
+                refused.push(format!("{verb} {group}/{resource}"));
+            }
+            used.insert((group, resource, verb));
+        }
+    }
+    assert!(
+        files > 0,
+        "no audit log in {}: start the cluster with tests/local-cluster.sh up",
+        dir.display()
+    );
+    (used, refused)
+}
+
+#[test]
+#[ignore = "reads the audit log of a whole test run: tests/run.sh runs it after the other tests"]
+fn the_operator_is_granted_what_it_uses_and_nothing_else() {
+    let granted = granted();
+    let (used, mut refused) = used();
+    assert!(
+        !used.is_empty(),
+        "the audit log has no request of the operator"
+    );
+    refused.sort_unstable();
+    refused.dedup();
+    assert!(refused.is_empty(), "the operator was refused: {refused:#?}");
+    let exempt: BTreeSet<Right> = NOT_REQUESTS
+        .iter()
+        .map(|(g, r, v, _)| (g.to_string(), r.to_string(), v.to_string()))
+        .collect();
+    let unused: Vec<&Right> = granted
+        .iter()
+        .filter(|r| !used.contains(*r) && !exempt.contains(*r))
+        .collect();
+    eprintln!("used by the operator: {used:#?}");
+    assert!(
+        unused.is_empty(),
+        "granted but never used in the whole test run (remove them from kustomize/base/rbac.yaml, \
+         or say in NOT_REQUESTS why they stay): {unused:#?}"
+    );
+}
