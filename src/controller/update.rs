@@ -511,10 +511,22 @@ async fn collect_outputs(
             "its plan Secret is gone, so its outputs cannot be opened".into(),
         ));
     };
-    let succeeded = pods
-        .iter()
-        .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"));
-    let Some(pod) = succeeded else {
+    // The pod whose `pulumi` container ended well (its phase may not say so yet).
+    let ended_well = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c.name == names::PULUMI_CONTAINER
+                    && c.state
+                        .as_ref()
+                        .and_then(|s| s.terminated.as_ref())
+                        .is_some_and(|t| t.exit_code == 0)
+            })
+    };
+    let Some(pod) = pods.iter().copied().find(|p| ended_well(p)) else {
         return Ok(Err("its pod is gone, so its outputs cannot be read".into()));
     };
     let params = kube::api::LogParams {
