@@ -489,6 +489,8 @@ impl Validator<'_> {
                 "spec.fluxSource.sourceRef.name",
                 "must name the source object",
             );
+        } else {
+            self.object_name("spec.fluxSource.sourceRef.name", &r.name);
         }
     }
 

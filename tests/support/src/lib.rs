@@ -233,6 +233,9 @@ pub async fn install_operator() {
                 "env",
                 "deployment/pulumi-operator",
                 "MIN_RESYNC_SECONDS=1",
+                // The GitHub API stand-in is plain http on its own loopback address.
+                &format!("GITHUB_API_HOSTS=api.github.com,{GITHUB_API_STANDIN_HOST}"),
+                "ALLOW_INSECURE_GITHUB_API=true",
             ]);
             kubectl(&[
                 "-n",
@@ -954,6 +957,10 @@ pub fn verify_github_app_jwt(
 /// A loopback stand-in of GitHub's API for GitHub Apps: `POST
 /// /app/installations/{installation}/access_tokens` with a valid JWT of the app answers 201
 /// with `token`; anything else 401/404 with GitHub's error shape.
+/// The loopback address the GitHub API stand-in listens on: the test operator may call it
+/// (`GITHUB_API_HOSTS`), and nothing else on loopback (the SSRF cases use 127.0.0.1).
+pub const GITHUB_API_STANDIN_HOST: &str = "127.0.0.77";
+
 pub struct GitHubApiStandIn {
     pub url: String,
     pub issued: std::sync::Arc<std::sync::atomic::AtomicUsize>,
@@ -968,7 +975,7 @@ impl GitHubApiStandIn {
         token: &str,
     ) -> GitHubApiStandIn {
         use std::io::{BufRead, Read, Write};
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let listener = std::net::TcpListener::bind((GITHUB_API_STANDIN_HOST, 0)).expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let issued = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let refused = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
