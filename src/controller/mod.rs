@@ -598,21 +598,16 @@ where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
     move |obj| {
-        let here = store
-            .get(&ObjectRef::from_obj(obj.as_ref()))
-            .is_some_and(|o| o.uid() == obj.uid());
-        if !here {
-            let named = store.get(&ObjectRef::from_obj(obj.as_ref())).is_some();
-            // A new object of the same name keeps its own series.
-            if !named {
-                ctx.forget(
-                    controller,
-                    &obj.namespace().unwrap_or_default(),
-                    &obj.name_any(),
-                );
-            }
+        let stored = store.get(&ObjectRef::from_obj(obj.as_ref()));
+        // A new object of the same name keeps its own series.
+        if stored.is_none() {
+            ctx.forget(
+                controller,
+                &obj.namespace().unwrap_or_default(),
+                &obj.name_any(),
+            );
         }
-        here
+        stored.is_some_and(|o| o.uid() == obj.uid())
     }
 }
 

@@ -386,16 +386,20 @@ pub fn workspace_git_auth(git: &GitSource) -> Option<WorkspaceGitAuth> {
     (auth != WorkspaceGitAuth::default()).then_some(auth)
 }
 
-/// Whether the operator may exchange this Stack's GitHub App credentials at its GitHub API
-/// URL (only checked when the Stack uses a GitHub App).
-pub fn github_api_policy(stack: &Stack, policy: &crate::policy::Policy) -> Result<(), String> {
-    let uses_app = stack
+/// Whether the Stack authenticates to git as a GitHub App.
+fn uses_github_app(stack: &Stack) -> bool {
+    stack
         .spec
         .git
         .git_auth
         .as_ref()
-        .is_some_and(|a| a.github_app.is_some());
-    if !uses_app {
+        .is_some_and(|a| a.github_app.is_some())
+}
+
+/// Whether the operator may exchange this Stack's GitHub App credentials at its GitHub API
+/// URL (only checked when the Stack uses a GitHub App).
+pub fn github_api_policy(stack: &Stack, policy: &crate::policy::Policy) -> Result<(), String> {
+    if !uses_github_app(stack) {
         return Ok(());
     }
     crate::policy::check_github_api_url(&github_api_url(stack), policy)
@@ -405,14 +409,8 @@ pub fn github_api_policy(stack: &Stack, policy: &crate::policy::Policy) -> Resul
 /// The Workspace annotation recording a non-default GitHub API URL for a Stack that uses a
 /// GitHub App (the Job's `fetch` container gets it as `GITHUB_API_URL`).
 pub fn workspace_annotations(stack: &Stack) -> Option<(String, String)> {
-    let uses_app = stack
-        .spec
-        .git
-        .git_auth
-        .as_ref()
-        .is_some_and(|a| a.github_app.is_some());
     let url = github_api_url(stack);
-    (uses_app && url != DEFAULT_GITHUB_API_URL)
+    (uses_github_app(stack) && url != DEFAULT_GITHUB_API_URL)
         .then(|| (GITHUB_API_URL_ANNOTATION.to_string(), url))
 }
 
