@@ -1,170 +1,850 @@
-//! Benchmark (run by hand, prints figures; not part of the test suite):
+//! The Stack benchmark: what an operator of the Stack API costs and how fast it reacts, at N
+//! Stacks, measured through the API alone (Stacks in, Updates/Jobs/pods seen by watches) so
+//! that the same command measures any implementation installed in the cluster. One command:
 //!
-//!     BENCH_STACKS=200 cargo test --release --test bench -- --ignored --nocapture
+//!     tests/bench.sh 1000          # release build; BENCH_* variables below tune it
 //!
-//! Applies N commit-pinned Stacks at once and measures, on the client's clock, how long each
-//! waits until its first Job exists (what the operator controls: DESIGN.md targets p99 ≤ 1 s),
-//! then the operator's resident memory (its pod is a local process on the test cluster).
-//! Kubernetes' own pace (Job → pod, about 6 pods/s from the controller-manager here) is not
-//! part of the latency.
+//! (which builds the release binaries, points the test cluster at them, and runs
+//! `cargo test --release --test bench benchmark -- --ignored --nocapture`). Phases:
+//! 1. reaction and throughput with pods held Pending (nodes cordoned, so that running Pulumi
+//!    does not take the CPU being measured): N commit-pinned Stacks applied at once from one
+//!    file (`kubectl apply --server-side -f`) → each Stack's first Update and first Job, then
+//!    BENCH_SINGLES Stacks applied one at a time while N exist; the namespace is then deleted
+//!    (N Stacks with finalizers) and timed;
+//! 2. with pods running (real Pulumi, one small YAML program): BENCH_READY_STACKS Stacks
+//!    tracking one branch → all Ready, with the controller-manager's Job → pod pace beside it;
+//! 3. steady state: those Stacks left synced for BENCH_IDLE_SECONDS: the operator's requests
+//!    per minute and CPU, and ls-remote calls (reference advertisements the git server
+//!    served) per resync interval; then what each synced Stack leaves behind (pods,
+//!    StatefulSets, claims).
+//!
+//! Cost is read from the operator's process (/proc: resident memory and CPU; the test cluster
+//! runs pods as local processes) and from the API server's audit log (requests by verb and
+//! resource, by the operator's user). Results go to BENCH_OUT (default target/bench/<time>):
+//! result.json, result.md, latency-cdf.png.
+//!
+//! BENCH_STACKS (100) · BENCH_SINGLES (20) · BENCH_READY_STACKS (10; 0 skips phases 2–3) ·
+//! BENCH_IDLE_SECONDS (60) · BENCH_RESYNC_SECONDS (60, the branch Stacks' resync interval) ·
+//! BENCH_INSTALL (1: install this operator; 0: measure what is installed) ·
+//! BENCH_OPERATOR_PROCESS (pulumi-operator: the operator's executable name) ·
+//! BENCH_OPERATOR_USER (system:serviceaccount:pulumi-operator:pulumi-operator) ·
+//! BENCH_AUDIT_LOG (.local-cluster/logs/audit.log) · BENCH_OUT.
 //!
 //!     BENCH_RUNS=5 cargo test --test bench runner -- --ignored --nocapture
 //!
 //! Runs one small real-Pulumi update per Stack, one after the other, and prints from each
 //! Job's pod status and `kubectl logs --timestamps`: the runner's first line (its first `pulumi`
-//! process) → the `pulumi up` process (version, install, stack select/init, config), the
-//! `pulumi` container's duration, and the Job's whole time (created → complete; whole seconds).
+//! process) → the `pulumi up` process, the `pulumi` container's duration, and the Job's whole
+//! time (created → complete; whole seconds).
+
+#[path = "bench/plot.rs"]
+mod plot;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::Api;
-use std::collections::HashMap;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use test_support::{kubectl, last_update, stack_ready, StackFixture};
 
-fn operator_rss_kib() -> Vec<u64> {
-    let mut out = Vec::new();
+fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+// ------------------------------------------------------------------------------------------
+// The operator's process: resident memory and CPU time from /proc.
+// ------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, Default)]
+struct ProcSample {
+    rss_kib: u64,
+    cpu_seconds: f64,
+}
+
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// The operator's processes (argv[0] ending in `/NAME` or equal to NAME), summed.
+fn operator_sample(name: &str, ticks: f64) -> Option<ProcSample> {
+    let mut found = None::<ProcSample>;
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
         let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
-        if argv0.ends_with(b"/pulumi-operator") {
-            let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
-            if let Some(kb) = status
-                .lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-            {
-                out.push(kb);
+        let argv0 = String::from_utf8_lossy(argv0);
+        if !(argv0 == name || argv0.ends_with(&format!("/{name}"))) {
+            continue;
+        }
+        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+        let rss = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        // Fields after the command name (which may hold spaces): utime is the 14th, stime the
+        // 15th field of the line.
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+        let f: Vec<&str> = after.split_whitespace().collect();
+        let t = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        let cpu = (t(11) + t(12)) / ticks;
+        let s = found.get_or_insert_with(ProcSample::default);
+        s.rss_kib += rss;
+        s.cpu_seconds += cpu;
+    }
+    found
+}
+
+/// Samples the operator every 200 ms while a phase runs: peak RSS, CPU used.
+struct Sampler {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    task: std::thread::JoinHandle<(Option<ProcSample>, Option<ProcSample>, u64)>,
+}
+
+impl Sampler {
+    fn start(name: &str) -> Sampler {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (flag, name) = (stop.clone(), name.to_string());
+        let task = std::thread::spawn(move || {
+            let ticks = clock_ticks();
+            let first = operator_sample(&name, ticks);
+            let mut peak = first.map(|s| s.rss_kib).unwrap_or(0);
+            let mut last = first;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(200));
+                if let Some(s) = operator_sample(&name, ticks) {
+                    peak = peak.max(s.rss_kib);
+                    last = Some(s);
+                }
+            }
+            (first, last, peak)
+        });
+        Sampler { stop, task }
+    }
+
+    fn finish(self) -> Value {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (first, last, peak) = self.task.join().unwrap_or((None, None, 0));
+        match (first, last) {
+            (Some(a), Some(b)) => json!({
+                "rss_start_mib": mib(a.rss_kib),
+                "rss_end_mib": mib(b.rss_kib),
+                "rss_peak_mib": mib(peak),
+                "cpu_seconds": round3(b.cpu_seconds - a.cpu_seconds),
+            }),
+            _ => json!(null),
+        }
+    }
+}
+
+fn mib(kib: u64) -> f64 {
+    round3(kib as f64 / 1024.0)
+}
+
+fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+// ------------------------------------------------------------------------------------------
+// The API server's audit log: the operator's requests in a time window, by verb and resource.
+// ------------------------------------------------------------------------------------------
+
+struct Audit {
+    path: std::path::PathBuf,
+    user: String,
+}
+
+impl Audit {
+    /// Requests of the operator's user whose receipt falls in [from, to]: verb → resource →
+    /// count, plus the total.
+    fn requests(&self, from: jiff::Timestamp, to: jiff::Timestamp) -> (u64, BTreeMap<String, u64>) {
+        let text = std::fs::read_to_string(&self.path).unwrap_or_default();
+        let mut by = BTreeMap::<String, u64>::new();
+        let mut total = 0;
+        for line in text.lines() {
+            let Ok(e) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            if e["user"]["username"].as_str() != Some(self.user.as_str()) {
+                continue;
+            }
+            let Some(at) = e["requestReceivedTimestamp"]
+                .as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            else {
+                continue;
+            };
+            if at < from || at > to {
+                continue;
+            }
+            let o = &e["objectRef"];
+            let mut resource = o["resource"].as_str().unwrap_or("(discovery)").to_string();
+            if let Some(sub) = o["subresource"].as_str() {
+                resource = format!("{resource}/{sub}");
+            }
+            let verb = e["verb"].as_str().unwrap_or_default();
+            *by.entry(format!("{verb} {resource}")).or_default() += 1;
+            total += 1;
+        }
+        (total, by)
+    }
+
+    fn present(&self) -> bool {
+        self.path.exists()
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// What the watches saw: when each Stack, Update, Job and pod first appeared, and who owns whom.
+// ------------------------------------------------------------------------------------------
+
+#[derive(Default)]
+struct Timeline {
+    stacks: HashMap<String, Instant>,
+    /// Update → (its Stack, first seen).
+    updates: HashMap<String, (String, Instant)>,
+    /// Job → (its Update, first seen).
+    jobs: HashMap<String, (String, Instant)>,
+    /// Pod → (its Job, first seen).
+    pods: HashMap<String, (String, Instant)>,
+    ready: HashMap<String, Instant>,
+}
+
+impl Timeline {
+    fn first_update(&self) -> HashMap<&str, Instant> {
+        let mut out = HashMap::<&str, Instant>::new();
+        for (stack, at) in self.updates.values() {
+            let e = out.entry(stack.as_str()).or_insert(*at);
+            *e = (*e).min(*at);
+        }
+        out
+    }
+
+    fn first_job(&self) -> HashMap<&str, Instant> {
+        let mut out = HashMap::<&str, Instant>::new();
+        for (update, at) in self.jobs.values() {
+            if let Some((stack, _)) = self.updates.get(update) {
+                let e = out.entry(stack.as_str()).or_insert(*at);
+                *e = (*e).min(*at);
             }
         }
+        out
     }
-    out
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
+fn owner_of_kind<K: Resource>(obj: &K, kind: &str) -> Option<String> {
+    obj.meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == kind)
+        .map(|o| o.name.clone())
 }
+
+/// Starts the four watches of `ns`; they record into the returned timeline until aborted.
+fn watch_namespace(
+    client: &kube::Client,
+    ns: &str,
+) -> (Arc<Mutex<Timeline>>, Vec<tokio::task::JoinHandle<()>>) {
+    let timeline = Arc::new(Mutex::new(Timeline::default()));
+    let mut tasks = Vec::new();
+    {
+        let (t, api) = (
+            timeline.clone(),
+            Api::<pulumi_operator_api::Stack>::namespaced(client.clone(), ns),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut s = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(Ok(stack)) = s.next().await {
+                let now = Instant::now();
+                let mut t = t.lock().expect("timeline");
+                let name = stack.name_any();
+                t.stacks.entry(name.clone()).or_insert(now);
+                if stack_ready(&stack) {
+                    t.ready.entry(name).or_insert(now);
+                }
+            }
+        }));
+    }
+    {
+        let (t, api) = (
+            timeline.clone(),
+            Api::<pulumi_operator_api::Update>::namespaced(client.clone(), ns),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut s = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(Ok(u)) = s.next().await {
+                if let Some(stack) = owner_of_kind(&u, "Stack") {
+                    let mut t = t.lock().expect("timeline");
+                    t.updates
+                        .entry(u.name_any())
+                        .or_insert((stack, Instant::now()));
+                }
+            }
+        }));
+    }
+    {
+        let (t, api) = (timeline.clone(), Api::<Job>::namespaced(client.clone(), ns));
+        tasks.push(tokio::spawn(async move {
+            let mut s = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(Ok(j)) = s.next().await {
+                if let Some(update) = owner_of_kind(&j, "Update") {
+                    let mut t = t.lock().expect("timeline");
+                    t.jobs
+                        .entry(j.name_any())
+                        .or_insert((update, Instant::now()));
+                }
+            }
+        }));
+    }
+    {
+        let (t, api) = (timeline.clone(), Api::<Pod>::namespaced(client.clone(), ns));
+        tasks.push(tokio::spawn(async move {
+            let mut s = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(Ok(p)) = s.next().await {
+                if let Some(job) = owner_of_kind(&p, "Job") {
+                    let mut t = t.lock().expect("timeline");
+                    t.pods.entry(p.name_any()).or_insert((job, Instant::now()));
+                }
+            }
+        }));
+    }
+    (timeline, tasks)
+}
+
+// ------------------------------------------------------------------------------------------
+// Figures.
+// ------------------------------------------------------------------------------------------
+
+fn percentiles(mut v: Vec<f64>) -> Value {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let p = |q: f64| {
+        if v.is_empty() {
+            return Value::Null;
+        }
+        // Nearest rank.
+        let i = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+        json!(round3(v[i]))
+    };
+    json!({
+        "count": v.len(),
+        "p50": p(0.50), "p90": p(0.90), "p99": p(0.99),
+        "max": v.last().map(|m| round3(*m)),
+    })
+}
+
+fn since(later: Instant, earlier: Instant) -> f64 {
+    later.saturating_duration_since(earlier).as_secs_f64()
+}
+
+/// Cordons every node for as long as it lives (pods stay Pending), uncordons on drop.
+struct Cordon(Vec<String>);
+
+impl Cordon {
+    fn all() -> Cordon {
+        let nodes: Vec<String> = kubectl(&["get", "nodes", "-o", "name"])
+            .lines()
+            .map(str::to_string)
+            .collect();
+        for n in &nodes {
+            kubectl(&["cordon", n]);
+        }
+        Cordon(nodes)
+    }
+}
+
+impl Drop for Cordon {
+    fn drop(&mut self) {
+        for n in &self.0 {
+            let _ = test_support::kubectl_result(&["uncordon", n]);
+        }
+    }
+}
+
+async fn wait_deleted(client: &kube::Client, ns: &str, timeout: Duration) -> Option<f64> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        match api.get_opt(ns).await {
+            Ok(None) => return Some(start.elapsed().as_secs_f64()),
+            _ => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+    None
+}
+
+const PROGRAM: &str = "name: bench\nruntime: yaml\nresources:\n  a:\n    type: standin:index:Record\n    properties: {value: x}\noutputs:\n  v: ${a.value}\n";
 
 #[tokio::test]
-#[ignore = "benchmark: run by hand"]
-async fn stacks_applied_to_jobs_created() {
-    let n: usize = std::env::var("BENCH_STACKS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
-    let f = StackFixture::new("bench").await;
-    let sha = f.repo.commit(
-        &[("Pulumi.yaml", "name: e2e\nruntime: yaml\nresources:\n  a:\n    type: standin:index:Record\n    properties: {value: x}\n")],
-        "bench",
-    );
-    let jobs: Api<Job> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
-    let watch = tokio::spawn(async move {
-        let mut events = watcher(jobs, watcher::Config::default())
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        while let Some(Ok(job)) = events.next().await {
-            let stack = job
-                .metadata
-                .labels
-                .unwrap_or_default()
-                .get("pulumi.com/stack-name")
-                .cloned()
-                .unwrap_or_default();
-            let _ = tx.send((stack, Instant::now()));
-        }
-    });
-    let updates: Api<pulumi_operator_api::Update> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
-    let (utx, mut urx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
-    let uwatch = tokio::spawn(async move {
-        let mut events = watcher(updates, watcher::Config::default())
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        while let Some(Ok(u)) = events.next().await {
-            let stack = u
-                .metadata
-                .labels
-                .unwrap_or_default()
-                .get("pulumi.com/stack-name")
-                .cloned()
-                .unwrap_or_default();
-            let _ = utx.send((stack, Instant::now()));
-        }
-    });
-    let rss_before = operator_rss_kib();
-    let mut applied: HashMap<String, Instant> = HashMap::new();
-    let started = Instant::now();
-    let stacks: Api<pulumi_operator_api::Stack> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
-    for i in 0..n {
-        let name = format!("s{i}");
-        let yaml = f.stack_yaml(&name, &format!("commit: {sha}"), "");
-        let stack: pulumi_operator_api::Stack = serde_yaml::from_str(&yaml).expect("stack yaml");
-        applied.insert(name, Instant::now());
-        stacks
-            .create(&Default::default(), &stack)
-            .await
-            .expect("create stack");
+#[ignore = "benchmark: tests/bench.sh N"]
+async fn benchmark() {
+    let n: usize = env_or("BENCH_STACKS", 100);
+    let singles: usize = env_or("BENCH_SINGLES", 20);
+    let ready_n: usize = env_or("BENCH_READY_STACKS", 10);
+    let idle_seconds: u64 = env_or("BENCH_IDLE_SECONDS", 60);
+    let resync: u64 = env_or("BENCH_RESYNC_SECONDS", 60);
+    let install = env_or("BENCH_INSTALL", 1) == 1;
+    let process: String = env_or("BENCH_OPERATOR_PROCESS", "pulumi-operator".to_string());
+    let audit = Audit {
+        path: std::env::var("BENCH_AUDIT_LOG")
+            .map(Into::into)
+            .unwrap_or_else(|_| test_support::repo_root().join(".local-cluster/logs/audit.log")),
+        user: env_or(
+            "BENCH_OPERATOR_USER",
+            "system:serviceaccount:pulumi-operator:pulumi-operator".to_string(),
+        ),
+    };
+    let out_dir = std::env::var("BENCH_OUT")
+        .map(Into::into)
+        .unwrap_or_else(|_| {
+            test_support::repo_root().join(format!(
+                "target/bench/{}",
+                jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ")
+            ))
+        });
+    std::fs::create_dir_all(&out_dir).expect("the output directory");
+    if install {
+        test_support::install_operator().await;
     }
-    let applied_in = started.elapsed();
-    let mut first_job: HashMap<String, Instant> = HashMap::new();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while first_job.len() < n && Instant::now() < deadline {
-        if let Ok(Some((stack, at))) = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await
+    let ticks = clock_ticks();
+    let mut result = json!({
+        "machine": machine(),
+        "operator": {"process": process, "audit_user": audit.user},
+        "n": n,
+    });
+    let operator_found = operator_sample(&process, ticks).is_some();
+    if !operator_found {
+        eprintln!(
+            "no process named {process}: memory and CPU are not measured (BENCH_OPERATOR_PROCESS)"
+        );
+    }
+    if !audit.present() {
+        eprintln!(
+            "no audit log at {}: requests are not counted (BENCH_AUDIT_LOG)",
+            audit.path.display()
+        );
+    }
+
+    // Idle, before anything.
+    let idle = Sampler::start(&process);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    result["idle_before"] = idle.finish();
+
+    // ---- Phase 1: reaction and throughput, pods held Pending. ----
+    let f = StackFixture::create("bench", install).await;
+    let sha = f.repo.commit(&[("Pulumi.yaml", PROGRAM)], "bench");
+    let client = f.sn.ns.client.clone();
+    let (timeline, tasks) = watch_namespace(&client, f.ns());
+    let cordon = Cordon::all();
+    let manifest: String = (0..n)
+        .map(|i| f.stack_yaml(&format!("s{i}"), &format!("commit: {sha}"), ""))
+        .collect::<Vec<_>>()
+        .join("---\n");
+    let file = out_dir.join("stacks.yaml");
+    std::fs::write(&file, &manifest).expect("the Stacks file");
+    let burst = Sampler::start(&process);
+    let wall_from = jiff::Timestamp::now();
+    let start = Instant::now();
+    let file_arg = file.to_string_lossy().into_owned();
+    let (ok, _, err) =
+        test_support::kubectl_result(&["-n", f.ns(), "apply", "--server-side", "-f", &file_arg]);
+    assert!(ok, "applying the Stacks: {err}");
+    let applied_in = start.elapsed().as_secs_f64();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let done = timeline.lock().expect("timeline").first_job().len();
+        if done >= n || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let wall_to = jiff::Timestamp::now();
+    let all_jobs_in = start.elapsed().as_secs_f64();
+    let burst_cost = burst.finish();
+    let (burst_requests, burst_by) = audit.requests(wall_from, wall_to);
+    let (to_update, to_job, last_stack_to_last_job) = {
+        let t = timeline.lock().expect("timeline");
+        let (fu, fj) = (t.first_update(), t.first_job());
+        let mut to_update = Vec::new();
+        let mut to_job = Vec::new();
+        for (s, at) in &t.stacks {
+            if let Some(u) = fu.get(s.as_str()) {
+                to_update.push(since(*u, *at));
+            }
+            if let Some(j) = fj.get(s.as_str()) {
+                to_job.push(since(*j, *at));
+            }
+        }
+        let last_stack = t.stacks.values().max().copied();
+        let last_job = fj.values().max().copied();
+        let gap = match (last_stack, last_job) {
+            (Some(s), Some(j)) => Some(round3(since(j, s))),
+            _ => None,
+        };
+        (to_update, to_job, gap)
+    };
+    let jobs_created = to_job.len();
+    result["burst"] = json!({
+        "stacks": n,
+        "apply_seconds": round3(applied_in),
+        "jobs_created": jobs_created,
+        "all_jobs_seconds": round3(all_jobs_in),
+        "last_stack_to_last_job_seconds": last_stack_to_last_job,
+        "stack_to_update": percentiles(to_update),
+        "stack_to_job": percentiles(to_job.clone()),
+        "operator": burst_cost,
+        "requests": burst_requests,
+        "requests_per_stack": round3(burst_requests as f64 / n.max(1) as f64),
+        "requests_by_verb": burst_by,
+    });
+
+    // One Stack at a time while N exist.
+    let mut single_latencies = Vec::new();
+    for i in 0..singles {
+        let name = format!("single{i}");
+        let applied = Instant::now();
+        f.sn.ns
+            .apply(&f.stack_yaml(&name, &format!("commit: {sha}"), ""));
+        let deadline = applied + Duration::from_secs(60);
+        loop {
+            let seen = {
+                let t = timeline.lock().expect("timeline");
+                let stack_seen = t.stacks.get(&name).copied();
+                t.first_job()
+                    .get(name.as_str())
+                    .map(|j| since(*j, stack_seen.unwrap_or(applied)))
+            };
+            if let Some(l) = seen {
+                single_latencies.push(l);
+                break;
+            }
+            if Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    result["single"] = json!({
+        "existing_stacks": n,
+        "stack_to_job": percentiles(single_latencies.clone()),
+    });
+    let after = Sampler::start(&process);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    result["after_burst"] = after.finish();
+    for t in tasks {
+        t.abort();
+    }
+    // Delete the namespace with every Stack (finalizers) before any pod may run.
+    let ns_name = f.ns().to_string();
+    let deleting = Sampler::start(&process);
+    kubectl(&["delete", "namespace", &ns_name, "--wait=false"]);
+    let deleted_in = wait_deleted(&client, &ns_name, Duration::from_secs(600)).await;
+    result["delete_namespace"] = json!({
+        "stacks": n + singles,
+        "seconds": deleted_in.map(round3),
+        "operator": deleting.finish(),
+    });
+    drop(f);
+    drop(cordon);
+
+    // ---- Phases 2 and 3: pods running, then at rest. ----
+    if ready_n > 0 {
+        let root = std::env::temp_dir().join(format!("bench-git-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).expect("git root");
+        let repo = test_support::GitRepo::new(&root, "app");
+        repo.commit(&[("Pulumi.yaml", PROGRAM)], "bench");
+        let server = test_support::LoggedGitServer::start(&root, &[]);
+        let sn = test_support::StackNamespace::create("bench-ready", install).await;
+        let (timeline, tasks) = watch_namespace(&client, &sn.ns.name);
+        let manifest: String = (0..ready_n)
+            .map(|i| {
+                format!(
+                    r#"apiVersion: pulumi.com/v1
+kind: Stack
+metadata: {{name: r{i}}}
+spec:
+  stack: dev
+  projectRepo: {url}/app.git
+  branch: main
+  resyncFrequencySeconds: {resync}
+  backend: {backend}
+  serviceAccountName: pulumi
+  envRefs:
+    PULUMI_CONFIG_PASSPHRASE:
+      type: Secret
+      secret: {{name: passphrase, key: passphrase}}
+"#,
+                    url = server.url,
+                    backend = sn.backend_url
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("---\n");
+        let file = out_dir.join("ready-stacks.yaml");
+        std::fs::write(&file, &manifest).expect("the Stacks file");
+        let file_arg = file.to_string_lossy().into_owned();
+        let running = Sampler::start(&process);
+        let wall_from = jiff::Timestamp::now();
+        let start = Instant::now();
+        let (ok, _, err) = test_support::kubectl_result(&[
+            "-n",
+            &sn.ns.name,
+            "apply",
+            "--server-side",
+            "-f",
+            &file_arg,
+        ]);
+        assert!(ok, "applying the Stacks: {err}");
+        let deadline = Instant::now() + Duration::from_secs(60 + 30 * ready_n as u64);
+        while timeline.lock().expect("timeline").ready.len() < ready_n && Instant::now() < deadline
         {
-            first_job.entry(stack).or_insert(at);
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
+        let all_ready = start.elapsed().as_secs_f64();
+        let wall_to = jiff::Timestamp::now();
+        let cost = running.finish();
+        let (requests, by) = audit.requests(wall_from, wall_to);
+        let (ready_count, to_ready, job_to_pod, pod_span) = {
+            let t = timeline.lock().expect("timeline");
+            let to_ready: Vec<f64> = t
+                .ready
+                .iter()
+                .filter_map(|(s, r)| t.stacks.get(s).map(|a| since(*r, *a)))
+                .collect();
+            let job_to_pod: Vec<f64> = t
+                .pods
+                .values()
+                .filter_map(|(job, at)| t.jobs.get(job).map(|(_, j)| since(*at, *j)))
+                .collect();
+            let first = t.pods.values().map(|p| p.1).min();
+            let last = t.pods.values().map(|p| p.1).max();
+            let span = match (first, last) {
+                (Some(a), Some(b)) => since(b, a),
+                _ => 0.0,
+            };
+            (t.ready.len(), to_ready, job_to_pod, (t.pods.len(), span))
+        };
+        result["ready"] = json!({
+            "stacks": ready_n,
+            "ready": ready_count,
+            "all_ready_seconds": round3(all_ready),
+            "stack_to_ready": percentiles(to_ready),
+            "job_to_pod": percentiles(job_to_pod),
+            "pods_created": pod_span.0,
+            "pods_per_second": if pod_span.1 > 0.0 { json!(round3(pod_span.0 as f64 / pod_span.1)) } else { Value::Null },
+            "operator": cost,
+            "requests": requests,
+            "requests_per_stack": round3(requests as f64 / ready_n as f64),
+            "requests_by_verb": by,
+        });
+
+        // At rest: synced Stacks, nothing changes.
+        let before = server.advertisements("app.git", "200");
+        let resting = Sampler::start(&process);
+        let wall_from = jiff::Timestamp::now();
+        tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
+        let wall_to = jiff::Timestamp::now();
+        let cost = resting.finish();
+        let (requests, by) = audit.requests(wall_from, wall_to);
+        let ls_remotes = server.advertisements("app.git", "200") - before;
+        let minutes = idle_seconds as f64 / 60.0;
+        result["steady"] = json!({
+            "stacks": ready_n,
+            "seconds": idle_seconds,
+            "requests_per_minute": round3(requests as f64 / minutes),
+            "requests_by_verb": by,
+            "operator": cost,
+            "ls_remote_calls": ls_remotes,
+            "resync_seconds": resync,
+            "ls_remote_per_interval": round3(ls_remotes as f64 / (idle_seconds as f64 / resync as f64)),
+        });
+
+        // What each synced Stack leaves behind.
+        let count = |kind: &str, extra: &[&str]| -> usize {
+            let mut args = vec!["-n", sn.ns.name.as_str(), "get", kind, "-o", "name"];
+            args.extend_from_slice(extra);
+            kubectl(&args).lines().count()
+        };
+        let running_pods = count("pods", &["--field-selector=status.phase=Running"]);
+        let pods = count("pods", &[]);
+        let statefulsets = count("statefulsets", &[]);
+        let claims = count("persistentvolumeclaims", &[]);
+        let per = |v: usize| round3(v as f64 / ready_n as f64);
+        result["footprint_per_stack"] = json!({
+            "running_pods": per(running_pods),
+            "pod_objects": per(pods),
+            "statefulsets": per(statefulsets),
+            "persistentvolumeclaims": per(claims),
+        });
+        for t in tasks {
+            t.abort();
+        }
+        drop(sn);
+        let _ = std::fs::remove_dir_all(&root);
     }
-    watch.abort();
-    uwatch.abort();
-    let mut first_update: HashMap<String, Instant> = HashMap::new();
-    while let Ok((stack, at)) = urx.try_recv() {
-        first_update.entry(stack).or_insert(at);
-    }
-    let mut to_update: Vec<Duration> = applied
-        .iter()
-        .filter_map(|(s, at)| {
-            first_update
-                .get(s)
-                .map(|u| u.saturating_duration_since(*at))
+    result["idle_after"] = {
+        let s = Sampler::start(&process);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        s.finish()
+    };
+
+    std::fs::write(
+        out_dir.join("result.json"),
+        serde_json::to_string_pretty(&result).expect("json"),
+    )
+    .expect("result.json");
+    let md = markdown(&result);
+    std::fs::write(out_dir.join("result.md"), &md).expect("result.md");
+    let png = plot::cdf_png(
+        &format!("STACK APPLIED -> JOB CREATED (N={n})"),
+        &[
+            (format!("{n} APPLIED AT ONCE"), to_job),
+            (format!("ONE AT A TIME, {n} EXIST"), single_latencies),
+        ],
+    );
+    std::fs::write(out_dir.join("latency-cdf.png"), png).expect("latency-cdf.png");
+    println!("{md}");
+    println!("results in {}", out_dir.display());
+    assert_eq!(jobs_created, n, "some Stacks got no Job within 10 minutes");
+}
+
+fn machine() -> Value {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let mem_kib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
         })
-        .collect();
-    to_update.sort();
-    println!(
-        "Stack applied -> Update created: p50 {:?}, p99 {:?}",
-        percentile(&to_update, 0.5),
-        percentile(&to_update, 0.99)
-    );
-    let mut latencies: Vec<Duration> = applied
-        .iter()
-        .filter_map(|(s, at)| first_job.get(s).map(|j| j.saturating_duration_since(*at)))
-        .collect();
-    latencies.sort();
-    let rss_after = operator_rss_kib();
-    println!(
-        "stacks applied: {n} in {applied_in:?}; Jobs seen for {}",
-        latencies.len()
-    );
-    println!(
-        "Stack applied -> Job created: p50 {:?}, p90 {:?}, p99 {:?}, max {:?}",
-        percentile(&latencies, 0.5),
-        percentile(&latencies, 0.9),
-        percentile(&latencies, 0.99),
-        latencies.last().copied().unwrap_or_default()
-    );
-    println!("operator RSS (KiB, per replica process): before {rss_before:?}, after {rss_after:?}");
-    assert_eq!(
-        latencies.len(),
-        n,
-        "some Stacks got no Job within 5 minutes"
-    );
+        .unwrap_or(0);
+    let server = kubectl(&["version", "-o", "json"]);
+    let server: Value = serde_json::from_str(&server).unwrap_or_default();
+    json!({
+        "cpus": cpus,
+        "memory_gib": round3(mem_kib as f64 / 1024.0 / 1024.0),
+        "kubernetes": server["serverVersion"]["gitVersion"],
+    })
+}
+
+/// The short table of result.md.
+fn markdown(r: &Value) -> String {
+    let lat = |v: &Value| {
+        if v["count"].as_u64().unwrap_or(0) == 0 {
+            return "–".to_string();
+        }
+        format!(
+            "p50 {} · p90 {} · p99 {} · max {} s",
+            v["p50"], v["p90"], v["p99"], v["max"]
+        )
+    };
+    let cost = |v: &Value| {
+        if v.is_null() {
+            return "–".to_string();
+        }
+        format!(
+            "RSS peak {} MiB (end {}), CPU {} s",
+            v["rss_peak_mib"], v["rss_end_mib"], v["cpu_seconds"]
+        )
+    };
+    let n = &r["n"];
+    let b = &r["burst"];
+    let mut rows = vec![
+        format!(
+            "| machine | {} CPUs, {} GiB, Kubernetes {} |",
+            r["machine"]["cpus"], r["machine"]["memory_gib"], r["machine"]["kubernetes"]
+        ),
+        format!("| idle (before) | {} |", cost(&r["idle_before"])),
+        format!(
+            "| {n} Stacks applied at once (`kubectl apply --server-side`, {} s) | all Jobs {} s after the apply began; last Job {} s after the last Stack |",
+            b["apply_seconds"], b["all_jobs_seconds"], b["last_stack_to_last_job_seconds"]
+        ),
+        format!("| … Stack → Update created | {} |", lat(&b["stack_to_update"])),
+        format!("| … Stack → Job created | {} |", lat(&b["stack_to_job"])),
+        format!("| … operator during the burst | {} |", cost(&b["operator"])),
+        format!(
+            "| … API requests by the operator | {} ({} per Stack) |",
+            b["requests"], b["requests_per_stack"]
+        ),
+        format!(
+            "| one Stack applied while {n} exist: Stack → Job | {} |",
+            lat(&r["single"]["stack_to_job"])
+        ),
+        format!("| after the burst | {} |", cost(&r["after_burst"])),
+        format!(
+            "| namespace with {} Stacks deleted | {} s; {} |",
+            r["delete_namespace"]["stacks"],
+            r["delete_namespace"]["seconds"],
+            cost(&r["delete_namespace"]["operator"])
+        ),
+    ];
+    if !r["ready"].is_null() {
+        let d = &r["ready"];
+        rows.push(format!(
+            "| {} branch Stacks, pods running → Ready | {} of them in {} s; Stack → Ready {} |",
+            d["stacks"],
+            d["ready"],
+            d["all_ready_seconds"],
+            lat(&d["stack_to_ready"])
+        ));
+        rows.push(format!(
+            "| … controller-manager: Job → pod | {}; {} pods/s |",
+            lat(&d["job_to_pod"]),
+            d["pods_per_second"]
+        ));
+        rows.push(format!(
+            "| … operator | {}; {} requests ({} per Stack) |",
+            cost(&d["operator"]),
+            d["requests"],
+            d["requests_per_stack"]
+        ));
+        let s = &r["steady"];
+        rows.push(format!(
+            "| at rest, {} synced Stacks, {} s | {} requests/min; {}; ls-remote {} per {} s interval |",
+            s["stacks"],
+            s["seconds"],
+            s["requests_per_minute"],
+            cost(&s["operator"]),
+            s["ls_remote_per_interval"],
+            s["resync_seconds"]
+        ));
+        let fp = &r["footprint_per_stack"];
+        rows.push(format!(
+            "| left per synced Stack | {} running pods, {} pod objects, {} StatefulSets, {} PVCs |",
+            fp["running_pods"], fp["pod_objects"], fp["statefulsets"], fp["persistentvolumeclaims"]
+        ));
+    }
+    rows.push(format!("| idle (after) | {} |", cost(&r["idle_after"])));
+    format!("| measure | result |\n|---|---|\n{}\n", rows.join("\n"))
 }
 
 /// A `kubectl logs --timestamps` line's time and text.
@@ -183,17 +863,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 #[tokio::test]
-#[ignore]
+#[ignore = "benchmark: run by hand"]
 async fn runner_overhead_and_job_time_with_real_pulumi() {
-    let runs: usize = std::env::var("BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
+    let runs: usize = env_or("BENCH_RUNS", 5);
     let f = StackFixture::new("bench-runner").await;
-    let sha = f.repo.commit(
-        &[("Pulumi.yaml", "name: bench\nruntime: yaml\nresources:\n  a:\n    type: standin:index:Record\n    properties: {value: x}\noutputs:\n  v: ${a.value}\n")],
-        "bench",
-    );
+    let sha = f.repo.commit(&[("Pulumi.yaml", PROGRAM)], "bench");
     let (mut to_up, mut container, mut job_total) = (vec![], vec![], vec![]);
     for i in 0..runs {
         let name = format!("r{i}");
@@ -221,7 +895,7 @@ async fn runner_overhead_and_job_time_with_real_pulumi() {
                 .map(|(at, _)| seconds(start, *at))
         };
         to_up.push(exec("running pulumi --non-interactive up").unwrap_or(f64::NAN));
-        let job: serde_json::Value = serde_json::from_str(&kubectl(&[
+        let job: Value = serde_json::from_str(&kubectl(&[
             "-n",
             f.ns(),
             "get",
@@ -230,15 +904,15 @@ async fn runner_overhead_and_job_time_with_real_pulumi() {
             "-o",
             "json",
         ]))
-        .unwrap();
-        let at = |v: &serde_json::Value| v.as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok());
+        .expect("job json");
+        let at = |v: &Value| v.as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok());
         if let (Some(c), Some(d)) = (
             at(&job["metadata"]["creationTimestamp"]),
             at(&job["status"]["completionTime"]),
         ) {
             job_total.push(seconds(c, d));
         }
-        let pods: serde_json::Value = serde_json::from_str(&kubectl(&[
+        let pods: Value = serde_json::from_str(&kubectl(&[
             "-n",
             f.ns(),
             "get",
@@ -248,7 +922,7 @@ async fn runner_overhead_and_job_time_with_real_pulumi() {
             "-o",
             "json",
         ]))
-        .unwrap();
+        .expect("pods json");
         if let Some(st) = pods["items"][0]["status"]["containerStatuses"]
             .as_array()
             .and_then(|c| c.iter().find(|c| c["name"] == "pulumi"))
@@ -272,4 +946,21 @@ async fn runner_overhead_and_job_time_with_real_pulumi() {
         "  Job created -> Job complete:          {:.1} s",
         median(job_total)
     );
+}
+
+#[test]
+fn percentiles_use_the_nearest_rank() {
+    let p = percentiles((1..=100).map(f64::from).collect());
+    assert_eq!(p["p50"], json!(50.0));
+    assert_eq!(p["p99"], json!(99.0));
+    assert_eq!(p["max"], json!(100.0));
+    assert_eq!(percentiles(vec![])["count"], json!(0));
+}
+
+#[test]
+fn the_report_names_every_phase() {
+    let r = json!({"n": 3, "burst": {"stack_to_job": {"count": 0}}, "ready": null});
+    let md = markdown(&r);
+    assert!(md.contains("3 Stacks applied at once"));
+    assert!(md.contains("one Stack applied while 3 exist"));
 }

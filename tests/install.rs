@@ -383,6 +383,10 @@ async fn installed_roles_grant_least_privilege() {
         ("create", "serviceaccounts/token"),
         ("patch", "deployments.apps"),
         ("create", "pods/exec"),
+        ("delete", "jobs.batch"),
+        ("update", "stacks.pulumi.com/status"),
+        ("delete", "leases.coordination.k8s.io"),
+        ("create", "events"),
     ] {
         assert!(
             !can_i(op, verb, resource, None),

@@ -102,8 +102,11 @@ pulumi_image_dir() {
   echo "$dir"
 }
 
+# BINARY_PROFILE=release runs the release build of the operator and runner (tests/bench.sh);
+# the map is read at each pod start, so `BINARY_PROFILE=release tests/local-cluster.sh up` on a
+# running cluster switches the next pods.
 write_image_map() {
-  local target; target="$(target_dir)/debug"
+  local target; target="$(target_dir)/${BINARY_PROFILE:-debug}"
   local pulumi_path; pulumi_path="$(pulumi_image_dir)"
   cat >"$STATE_DIR/image-map.json" <<JSON
 {

@@ -12,6 +12,18 @@ const OPERATOR_USER: &str = "system:serviceaccount:pulumi-operator:pulumi-operat
 /// Granted rights that no request of the suite uses, each with the reason it stays.
 const NOT_REQUESTS: &[(&str, &str, &str, &str)] = &[
     (
+        "auto.pulumi.com",
+        "workspaces",
+        "create",
+        "a server-side apply that creates the object is audited as patch but authorized as create too",
+    ),
+    (
+        "apps",
+        "statefulsets",
+        "create",
+        "a server-side apply that creates the object is audited as patch but authorized as create too",
+    ),
+    (
         "pulumi.com",
         "stacks/finalizers",
         "update",
@@ -28,6 +40,56 @@ const NOT_REQUESTS: &[(&str, &str, &str, &str)] = &[
         "updates/finalizers",
         "update",
         "checked by the API server when the operator sets blockOwnerDeletion on an owner reference",
+    ),
+    (
+        "coordination.k8s.io",
+        "leases",
+        "create",
+        "the leader Lease is created once, by the first operator started on the cluster: a run on a \
+         cluster where it already exists does not see that request",
+    ),
+    (
+        "pulumi.com",
+        "programs",
+        "get",
+        "read by name only when the watch cache has not yet seen a Program an Update needs",
+    ),
+    (
+        "source.toolkit.fluxcd.io",
+        "ocirepositories",
+        "list",
+        "one generic watch per Flux kind (src/source/flux.rs) serves GitRepository, OCIRepository \
+         and Bucket alike; the suite installs only the GitRepository CRD, to test a missing kind",
+    ),
+    (
+        "source.toolkit.fluxcd.io",
+        "ocirepositories",
+        "watch",
+        "as for list",
+    ),
+    (
+        "source.toolkit.fluxcd.io",
+        "ocirepositories",
+        "get",
+        "read by name when the cache has not seen an OCIRepository a Stack names, as GitRepositories are",
+    ),
+    (
+        "source.toolkit.fluxcd.io",
+        "buckets",
+        "list",
+        "as for OCIRepositories",
+    ),
+    (
+        "source.toolkit.fluxcd.io",
+        "buckets",
+        "watch",
+        "as for OCIRepositories",
+    ),
+    (
+        "source.toolkit.fluxcd.io",
+        "buckets",
+        "get",
+        "as for OCIRepositories",
     ),
 ];
 
@@ -146,17 +208,18 @@ fn the_operator_is_granted_what_it_uses_and_nothing_else() {
         "used but not granted: {unexpected:#?}"
     );
     eprintln!("used by the operator: {used:#?}");
-    // Reported, not yet enforced: grants that no request of the run used. With
-    // RBAC_AUDIT_STRICT=1 they fail the test (the goal once the list below is empty).
-    eprintln!(
-        "granted but not used in this run ({}): {unused:#?}",
-        unused.len()
-    );
-    if std::env::var("RBAC_AUDIT_STRICT").is_ok_and(|v| v == "1") {
-        assert!(
-            unused.is_empty(),
-            "granted but never used in the whole test run (remove them from \
-             kustomize/base/rbac.yaml, or say in NOT_REQUESTS why they stay): {unused:#?}"
+    // A partial run (`tests/run.sh some_test`) uses fewer rights: RBAC_AUDIT_STRICT=0 only
+    // reports what it did not see.
+    if std::env::var("RBAC_AUDIT_STRICT").is_ok_and(|v| v == "0") {
+        eprintln!(
+            "granted but not used in this run ({}): {unused:#?}",
+            unused.len()
         );
+        return;
     }
+    assert!(
+        unused.is_empty(),
+        "granted but never used in the whole test run (remove them from \
+         kustomize/base/rbac.yaml, or say in NOT_REQUESTS why they stay): {unused:#?}"
+    );
 }

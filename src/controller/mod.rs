@@ -245,7 +245,7 @@ fn shared<K>(
     consumers: usize,
 ) -> (Store<K>, Vec<Feed<K>>, Running)
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource<DynamicType = ()> + Trim + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let (reader, writer) = reflector::store();
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..consumers)
@@ -254,9 +254,7 @@ where
     let filled = reader.clone();
     let driver = watcher(api, cfg)
         .default_backoff()
-        .modify(|o| {
-            o.managed_fields_mut().clear();
-        })
+        .modify(Trim::trim)
         .reflect(writer)
         .for_each(move |event| {
             let send = |o: Arc<K>| {
@@ -276,6 +274,82 @@ where
         .boxed();
     (reader, receivers, driver)
 }
+
+/// What the watch caches keep of an object: only what the operator reads, so that memory
+/// stays flat with many Stacks. Never read: managedFields, client-side apply's copy of the
+/// last manifest, and a Job's or pod's containers (only claim volumes are, by the Workspace
+/// controller, to know whether a cache claim is still mounted).
+pub trait Trim {
+    fn trim(&mut self);
+}
+
+fn trim_metadata(meta: &mut kube::core::ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+/// Only the volumes that mount a claim.
+fn claim_volumes(
+    volumes: Option<Vec<k8s_openapi::api::core::v1::Volume>>,
+) -> Option<Vec<k8s_openapi::api::core::v1::Volume>> {
+    volumes.map(|v| {
+        v.into_iter()
+            .filter(|v| v.persistent_volume_claim.is_some())
+            .map(|v| k8s_openapi::api::core::v1::Volume {
+                name: v.name,
+                persistent_volume_claim: v.persistent_volume_claim,
+                ..Default::default()
+            })
+            .collect()
+    })
+}
+
+impl Trim for Pod {
+    fn trim(&mut self) {
+        trim_metadata(&mut self.metadata);
+        if let Some(spec) = self.spec.as_mut() {
+            *spec = k8s_openapi::api::core::v1::PodSpec {
+                volumes: claim_volumes(spec.volumes.take()),
+                ..Default::default()
+            };
+        }
+    }
+}
+
+impl Trim for Job {
+    fn trim(&mut self) {
+        trim_metadata(&mut self.metadata);
+        if let Some(spec) = self.spec.as_mut() {
+            spec.template.metadata = None;
+            if let Some(pod) = spec.template.spec.as_mut() {
+                *pod = k8s_openapi::api::core::v1::PodSpec {
+                    volumes: claim_volumes(pod.volumes.take()),
+                    ..Default::default()
+                };
+            }
+        }
+    }
+}
+
+macro_rules! trim_metadata_only {
+    ($($kind:ty),*) => {
+        $(impl Trim for $kind {
+            fn trim(&mut self) {
+                trim_metadata(&mut self.metadata);
+            }
+        })*
+    };
+}
+trim_metadata_only!(
+    Stack,
+    Update,
+    Program,
+    Workspace,
+    StatefulSet,
+    PersistentVolumeClaim
+);
 
 fn run_in(
     scope: &Scope,
@@ -709,6 +783,41 @@ async fn cancelled(token: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn caches_keep_what_decisions_read() {
+        let mut job: Job = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "u", "namespace": "n", "labels": {"a": "b"}, "ownerReferences": [{"apiVersion": "v1",
+                "kind": "Update", "name": "u", "uid": "1"}],
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}", "keep": "1"},
+                "managedFields": [{"manager": "x"}]},
+            "spec": {"parallelism": 1, "activeDeadlineSeconds": 60, "template": {
+                "metadata": {"labels": {"x": "y"}},
+                "spec": {"containers": [{"name": "pulumi", "env": [{"name": "A", "value": "1"}]}],
+                    "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": "ws-cache"}},
+                                {"name": "plan", "secret": {"secretName": "s"}}]}}},
+            "status": {"active": 1}
+        }))
+        .unwrap();
+        job.trim();
+        let spec = job.spec.as_ref().unwrap();
+        assert_eq!(spec.parallelism, Some(1));
+        assert_eq!(spec.active_deadline_seconds, Some(60));
+        let pod = spec.template.spec.as_ref().unwrap();
+        assert!(pod.containers.is_empty());
+        assert_eq!(pod.volumes.as_ref().unwrap().len(), 1);
+        assert!(crate::controller::workspace::jobs_mount_claim(
+            &[Arc::new(job.clone())],
+            "n",
+            "ws-cache"
+        ));
+        assert_eq!(job.status.as_ref().unwrap().active, Some(1));
+        assert!(job.metadata.managed_fields.is_none());
+        let annotations = job.metadata.annotations.as_ref().unwrap();
+        assert!(!annotations.contains_key("kubectl.kubernetes.io/last-applied-configuration"));
+        assert!(annotations.contains_key("keep"));
+        assert_eq!(job.owner_references().len(), 1);
+    }
 
     #[tokio::test]
     async fn what_is_kept_about_a_gone_object_is_forgotten() {

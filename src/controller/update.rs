@@ -8,8 +8,8 @@ use crate::error::{Error, Result};
 use crate::stack::objects::PROGRAM_SCHEME;
 use crate::update::job::{build_job, build_plan, build_plan_secret, job_labels, JobConfig};
 use crate::update::status::{
-    job_finished, not_started, progress, should_stop_job, start_failure, status_for, NotStarted,
-    Progress, STUCK_AFTER_SECONDS,
+    job_finished, not_started, pod_ended, pod_start_problem, progress, should_stop_job,
+    start_failure, status_for, NotStarted, Progress, EVENTS_AFTER_SECONDS, STUCK_AFTER_SECONDS,
 };
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
@@ -75,14 +75,13 @@ async fn finished(update: &Update, ctx: &Context, ns: &str) -> Result<Action> {
         // A Job with an ended pod ends by itself (one completion, no retries); stopping it
         // then would let the Job controller delete a pod it still counts as active, and with
         // it the logs `kubectl logs job/<update>` shows.
-        let pod_ended = ctx.stores.pods.state().iter().any(|p| {
-            owned_by_job(p, &job)
-                && matches!(
-                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                    Some("Succeeded" | "Failed")
-                )
-        });
-        if !job_finished(&job) && !pod_ended {
+        let a_pod_ended = ctx
+            .stores
+            .pods
+            .state()
+            .iter()
+            .any(|p| owned_by_job(p, &job) && pod_ended(p));
+        if !job_finished(&job) && !a_pod_ended {
             stop_job(ctx, ns, &job).await?;
         }
     }
@@ -383,7 +382,24 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
     let mut progress = progress(job, &pod_refs, now.0);
     if let (Progress::Running { .. }, Some(j)) = (&progress, job) {
         if let Some(waiting) = not_started(j, &pod_refs, now.0) {
-            let warning = latest_warning(&ctx, &ns, &waiting, j, &pod_refs).await;
+            // The pod's own status first; Events (a list request the API server answers by
+            // scanning the namespace's Events) only for a wait longer than a normal start.
+            let said = waiting
+                .pod
+                .as_ref()
+                .and_then(|n| {
+                    pod_refs
+                        .iter()
+                        .find(|p| p.metadata.name.as_ref() == Some(n))
+                })
+                .and_then(|p| pod_start_problem(p));
+            let warning = match said {
+                Some(w) => Some(w),
+                None if waiting.seconds >= EVENTS_AFTER_SECONDS => {
+                    latest_warning(&ctx, &ns, &waiting, j, &pod_refs).await
+                }
+                None => None,
+            };
             if let Some(failed) = start_failure(&waiting, warning.clone()) {
                 // The Job must not start the pod later, when nobody waits for it any more.
                 stop_job(&ctx, &ns, j).await?;

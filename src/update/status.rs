@@ -268,6 +268,39 @@ pub const NOT_STARTED_WITH_WARNING_SECONDS: i64 = 120;
 /// Without any explanation (a very slow image pull, say), after this long.
 pub const NOT_STARTED_SECONDS: i64 = 600;
 
+/// An operation waiting this long to start has its Warning Events read (a list request); a
+/// pod normally starts sooner, and what the pod itself says is read first (`pod_start_problem`).
+pub const EVENTS_AFTER_SECONDS: i64 = 10;
+
+/// What a pod that has not started says about it without any Event: not schedulable, or a
+/// container waiting for a reason other than the normal ContainerCreating/PodInitializing
+/// (ImagePullBackOff, CreateContainerConfigError, ...): (reason, message).
+pub fn pod_start_problem(pod: &Pod) -> Option<(String, String)> {
+    let status = pod.status.as_ref()?;
+    if let Some(c) = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+    {
+        return Some((
+            c.reason.clone().unwrap_or_else(|| "Unschedulable".into()),
+            c.message.clone().unwrap_or_default(),
+        ));
+    }
+    status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .filter_map(|c| c.state.as_ref()?.waiting.as_ref())
+        .find_map(|w| {
+            let reason = w.reason.clone()?;
+            (!matches!(reason.as_str(), "ContainerCreating" | "PodInitializing"))
+                .then(|| (reason, w.message.clone().unwrap_or_default()))
+        })
+}
+
 /// Whether the operation is still waiting to start (pure; `None` once any container ran).
 pub fn not_started(job: &Job, pods: &[&Pod], now: jiff::Timestamp) -> Option<NotStarted> {
     let finished = job
@@ -350,6 +383,20 @@ pub fn start_failure(waiting: &NotStarted, warning: Option<(String, String)>) ->
         }),
         _ => None,
     }
+}
+
+/// Whether a pod has ended or is ending by itself: its phase says so, or its `pulumi`
+/// container has terminated (the kubelet reports the phase a moment later, and a Job stopped
+/// in between would delete the pod, and its logs, as still active).
+pub fn pod_ended(pod: &Pod) -> bool {
+    let Some(status) = pod.status.as_ref() else {
+        return false;
+    };
+    matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"))
+        || status.container_statuses.iter().flatten().any(|c| {
+            c.name == names::PULUMI_CONTAINER
+                && c.state.as_ref().is_some_and(|s| s.terminated.is_some())
+        })
 }
 
 /// Whether the Job must be told to start no further pod: one of its pods is being deleted or
@@ -564,6 +611,55 @@ mod tests {
                 "ready": false, "restartCount": 0, "state": {"waiting": {"reason": waiting}}}]}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_pod_whose_pulumi_container_ended_is_ending() {
+        let running: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "u-abc"},
+            "status": {"phase": "Running", "containerStatuses": [{"name": "pulumi", "image": "i",
+                "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"running": {}}}]}
+        }))
+        .unwrap();
+        assert!(!pod_ended(&running));
+        let mut ended = running.clone();
+        ended
+            .status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[0]
+            .state = serde_json::from_value(json!({"terminated": {"exitCode": 0}})).unwrap();
+        assert!(pod_ended(&ended), "phase still Running, container done");
+        let mut succeeded = running;
+        succeeded.status.as_mut().unwrap().phase = Some("Succeeded".into());
+        assert!(pod_ended(&succeeded));
+    }
+
+    #[test]
+    fn a_pod_says_itself_why_it_does_not_start() {
+        let unschedulable: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "u-abc"},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                "reason": "Unschedulable", "message": "0/1 nodes are available"}]}
+        }))
+        .unwrap();
+        assert_eq!(
+            pod_start_problem(&unschedulable),
+            Some(("Unschedulable".into(), "0/1 nodes are available".into()))
+        );
+        let pulling = pending_pod("2026-01-01T00:09:00Z", "ImagePullBackOff");
+        assert_eq!(
+            pod_start_problem(&pulling).map(|p| p.0),
+            Some("ImagePullBackOff".into())
+        );
+        // Starting normally: nothing to say, and no reason to read Events yet.
+        assert_eq!(
+            pod_start_problem(&pending_pod("2026-01-01T00:09:00Z", "ContainerCreating")),
+            None
+        );
     }
 
     #[test]

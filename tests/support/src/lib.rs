@@ -385,7 +385,15 @@ pub const TEST_PASSPHRASE: &str = "e2e-passphrase-do-not-leak-7f3a";
 
 impl StackNamespace {
     pub async fn new(prefix: &str) -> StackNamespace {
-        install_operator().await;
+        StackNamespace::create(prefix, true).await
+    }
+
+    /// A Stack namespace; with `install`, this repository's operator is installed first (a
+    /// benchmark may measure another implementation of the API that is already installed).
+    pub async fn create(prefix: &str, install: bool) -> StackNamespace {
+        if install {
+            install_operator().await;
+        }
         let ns = TestNamespace::new(prefix).await;
         // Users' Stack namespaces are commonly held to the restricted Pod Security Standard:
         // update Jobs and workspace pods must be admitted as they are.
@@ -494,7 +502,12 @@ impl Drop for TempDir {
 
 impl StackFixture {
     pub async fn new(prefix: &str) -> StackFixture {
-        let sn = StackNamespace::new(prefix).await;
+        StackFixture::create(prefix, true).await
+    }
+
+    /// As `new`; without `install`, the operator already in the cluster is used as it is.
+    pub async fn create(prefix: &str, install: bool) -> StackFixture {
+        let sn = StackNamespace::create(prefix, install).await;
         let root = std::env::temp_dir().join(format!("e2e-git-{}", sn.ns.name));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root).unwrap();
