@@ -33,9 +33,20 @@ pub struct Context {
     pub recorder: Recorder,
     /// What tenants may ask for (from the configuration).
     pub policy: crate::policy::Policy,
+    /// ServiceAccounts, Secrets and ConfigMaps operations need, seen a moment ago.
+    pub recently_seen: crate::stack::references::RecentlySeen,
     /// Consecutive reconcile errors per object (namespace/name), for `error_policy` backoff.
     failures: Mutex<HashMap<String, u32>>,
+    /// The status this operator last wrote on each Update (namespace/name → uid, status). Only
+    /// the operator writes an Update's status, so when the watch cache is behind, this is the
+    /// newer truth: a reconcile triggered by a Job event a moment after a write neither
+    /// rewrites it nor recomputes it from the older copy.
+    update_status: Mutex<HashMap<String, (String, pulumi_operator_api::UpdateStatus)>>,
 }
+
+/// How long a referenced object seen to exist is not read again (a burst of Stacks sharing one
+/// Secret reads it once).
+const RECENTLY_SEEN: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Context {
     pub fn new(client: Client, config: Config, metrics: Arc<Metrics>, stores: Stores) -> Context {
@@ -50,7 +61,9 @@ impl Context {
             stores,
             config,
             metrics,
+            recently_seen: crate::stack::references::RecentlySeen::new(RECENTLY_SEEN),
             failures: Mutex::new(HashMap::new()),
+            update_status: Mutex::new(HashMap::new()),
         }
     }
 
@@ -76,8 +89,58 @@ impl Context {
         if let Ok(mut f) = self.failures.lock() {
             f.remove(&format!("{controller}/{namespace}/{name}"));
         }
+        if controller == "update" {
+            if let Ok(mut w) = self.update_status.lock() {
+                w.remove(&format!("{namespace}/{name}"));
+            }
+        }
         if controller == "stack" {
             self.metrics.forget_stack(namespace, name);
+        }
+    }
+
+    /// Records the status just written on `update`.
+    pub fn wrote_update_status(
+        &self,
+        update: &pulumi_operator_api::Update,
+        status: &pulumi_operator_api::UpdateStatus,
+    ) {
+        use kube::ResourceExt;
+        if let Ok(mut w) = self.update_status.lock() {
+            w.insert(
+                format!(
+                    "{}/{}",
+                    update.namespace().unwrap_or_default(),
+                    update.name_any()
+                ),
+                (update.uid().unwrap_or_default(), status.clone()),
+            );
+        }
+    }
+
+    /// `update` with the status this operator last wrote on it, when the cached copy is older.
+    pub fn with_written_status(
+        &self,
+        update: Arc<pulumi_operator_api::Update>,
+    ) -> Arc<pulumi_operator_api::Update> {
+        use kube::ResourceExt;
+        let key = format!(
+            "{}/{}",
+            update.namespace().unwrap_or_default(),
+            update.name_any()
+        );
+        let written = self.update_status.lock().ok().and_then(|w| {
+            w.get(&key)
+                .filter(|(uid, _)| Some(uid) == update.uid().as_ref())
+                .map(|(_, s)| s.clone())
+        });
+        match written {
+            Some(s) if update.status.as_ref() != Some(&s) => {
+                let mut newer = (*update).clone();
+                newer.status = Some(s);
+                Arc::new(newer)
+            }
+            _ => update,
         }
     }
 

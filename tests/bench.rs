@@ -168,9 +168,15 @@ struct Audit {
 }
 
 impl Audit {
-    /// Requests of the operator's user whose receipt falls in [from, to]: verb → resource →
-    /// count, plus the total.
-    fn requests(&self, from: jiff::Timestamp, to: jiff::Timestamp) -> (u64, BTreeMap<String, u64>) {
+    /// Requests of the operator's user whose receipt falls in [from, to], in namespace `ns` or
+    /// outside every test namespace (`t-…`: leftovers of other tests are not this run's cost):
+    /// verb → resource → count, plus the total.
+    fn requests(
+        &self,
+        ns: &str,
+        from: jiff::Timestamp,
+        to: jiff::Timestamp,
+    ) -> (u64, BTreeMap<String, u64>) {
         let text = std::fs::read_to_string(&self.path).unwrap_or_default();
         let mut by = BTreeMap::<String, u64>::new();
         let mut total = 0;
@@ -191,6 +197,10 @@ impl Audit {
                 continue;
             }
             let o = &e["objectRef"];
+            let in_ns = o["namespace"].as_str().unwrap_or_default();
+            if in_ns != ns && in_ns.starts_with("t-") {
+                continue;
+            }
             let mut resource = o["resource"].as_str().unwrap_or("(discovery)").to_string();
             if let Some(sub) = o["subresource"].as_str() {
                 resource = format!("{resource}/{sub}");
@@ -486,7 +496,7 @@ async fn benchmark() {
     let wall_to = jiff::Timestamp::now();
     let all_jobs_in = start.elapsed().as_secs_f64();
     let burst_cost = burst.finish();
-    let (burst_requests, burst_by) = audit.requests(wall_from, wall_to);
+    let (burst_requests, burst_by) = audit.requests(f.ns(), wall_from, wall_to);
     let (to_update, to_job, last_stack_to_last_job) = {
         let t = timeline.lock().expect("timeline");
         let (fu, fj) = (t.first_update(), t.first_job());
@@ -523,6 +533,7 @@ async fn benchmark() {
         "requests_by_verb": burst_by,
     });
 
+    eprintln!("burst: {}", result["burst"]);
     // One Stack at a time while N exist.
     let mut single_latencies = Vec::new();
     for i in 0..singles {
@@ -569,6 +580,10 @@ async fn benchmark() {
         "seconds": deleted_in.map(round3),
         "operator": deleting.finish(),
     });
+    eprintln!(
+        "single: {}; deletion: {}",
+        result["single"], result["delete_namespace"]
+    );
     drop(f);
     drop(cordon);
 
@@ -589,7 +604,7 @@ async fn benchmark() {
 kind: Stack
 metadata: {{name: r{i}}}
 spec:
-  stack: dev
+  stack: r{i}
   projectRepo: {url}/app.git
   branch: main
   resyncFrequencySeconds: {resync}
@@ -629,7 +644,7 @@ spec:
         let all_ready = start.elapsed().as_secs_f64();
         let wall_to = jiff::Timestamp::now();
         let cost = running.finish();
-        let (requests, by) = audit.requests(wall_from, wall_to);
+        let (requests, by) = audit.requests(&sn.ns.name, wall_from, wall_to);
         let (ready_count, to_ready, job_to_pod, pod_span) = {
             let t = timeline.lock().expect("timeline");
             let to_ready: Vec<f64> = t
@@ -664,6 +679,7 @@ spec:
             "requests_by_verb": by,
         });
 
+        eprintln!("ready: {}", result["ready"]);
         // At rest: synced Stacks, nothing changes.
         let before = server.advertisements("app.git", "200");
         let resting = Sampler::start(&process);
@@ -671,7 +687,7 @@ spec:
         tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
         let wall_to = jiff::Timestamp::now();
         let cost = resting.finish();
-        let (requests, by) = audit.requests(wall_from, wall_to);
+        let (requests, by) = audit.requests(&sn.ns.name, wall_from, wall_to);
         let ls_remotes = server.advertisements("app.git", "200") - before;
         let minutes = idle_seconds as f64 / 60.0;
         result["steady"] = json!({
@@ -702,6 +718,25 @@ spec:
             "statefulsets": per(statefulsets),
             "persistentvolumeclaims": per(claims),
         });
+        // Deleting synced Stacks (nothing in flight, no destroy): how long until they are gone.
+        let stacks_api: Api<pulumi_operator_api::Stack> =
+            Api::namespaced(client.clone(), &sn.ns.name);
+        let start = Instant::now();
+        sn.ns
+            .kubectl(&["delete", "stacks", "--all", "--wait=false"]);
+        let mut gone_in = None;
+        while start.elapsed() < Duration::from_secs(300) {
+            if stacks_api
+                .list(&Default::default())
+                .await
+                .is_ok_and(|l| l.items.is_empty())
+            {
+                gone_in = Some(round3(start.elapsed().as_secs_f64()));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        result["delete_synced"] = json!({"stacks": ready_n, "seconds": gone_in});
         for t in tasks {
             t.abort();
         }
@@ -801,7 +836,7 @@ fn markdown(r: &Value) -> String {
         ),
         format!("| after the burst | {} |", cost(&r["after_burst"])),
         format!(
-            "| namespace with {} Stacks deleted | {} s; {} |",
+            "| namespace with {} Stacks (operations pending) deleted | {} s; {} |",
             r["delete_namespace"]["stacks"],
             r["delete_namespace"]["seconds"],
             cost(&r["delete_namespace"]["operator"])
@@ -836,6 +871,10 @@ fn markdown(r: &Value) -> String {
             cost(&s["operator"]),
             s["ls_remote_per_interval"],
             s["resync_seconds"]
+        ));
+        rows.push(format!(
+            "| {} synced Stacks deleted | gone in {} s |",
+            r["delete_synced"]["stacks"], r["delete_synced"]["seconds"]
         ));
         let fp = &r["footprint_per_stack"];
         rows.push(format!(

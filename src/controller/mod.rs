@@ -736,14 +736,15 @@ impl SpecChanges {
             self.0.remove(&uid);
             return false;
         }
+        // Not the finalizers: adding ours would trigger a second reconcile of every new Stack
+        // (the first goes on after adding it), and removing ours ends the Stack's reconciles.
         let key = format!(
-            "{:?}|{:?}|{:?}|{:?}",
+            "{:?}|{:?}|{:?}",
             stack.metadata.generation,
             stack
                 .annotations()
                 .get(pulumi_operator_api::names::RECONCILIATION_REQUEST_ANNOTATION),
             stack.metadata.deletion_timestamp.is_some(),
-            stack.finalizers(),
         );
         self.0.insert(uid, key.clone()).as_deref() != Some(key.as_str())
     }
@@ -820,6 +821,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_last_written_update_status_wins_over_an_older_cache() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let cfg = <crate::config::Config as clap::Parser>::try_parse_from(["op"]).unwrap();
+        let ctx = Context::new(
+            client,
+            cfg,
+            Arc::new(crate::metrics::Metrics::default()),
+            Stores {
+                stacks: reflector::store().0,
+                updates: reflector::store().0,
+                programs: reflector::store().0,
+                workspaces: reflector::store().0,
+                jobs: reflector::store().0,
+                pods: reflector::store().0,
+            },
+        );
+        let update: Update = serde_json::from_value(serde_json::json!({
+            "apiVersion": "auto.pulumi.com/v1alpha1", "kind": "Update",
+            "metadata": {"name": "u", "namespace": "ns", "uid": "1"}, "spec": {}
+        }))
+        .unwrap();
+        let cached = Arc::new(update.clone());
+        assert!(ctx.with_written_status(cached.clone()).status.is_none());
+        let written = pulumi_operator_api::UpdateStatus {
+            message: Some("running".into()),
+            ..Default::default()
+        };
+        ctx.wrote_update_status(&update, &written);
+        assert_eq!(
+            ctx.with_written_status(cached.clone()).status.as_ref(),
+            Some(&written)
+        );
+        // Another Update of the same name (a new uid) starts afresh.
+        let mut other = update.clone();
+        other.metadata.uid = Some("2".into());
+        assert!(ctx.with_written_status(Arc::new(other)).status.is_none());
+        ctx.forget("update", "ns", "u");
+        assert!(ctx.with_written_status(cached).status.is_none());
+    }
+
+    #[tokio::test]
     async fn what_is_kept_about_a_gone_object_is_forgotten() {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
@@ -878,7 +921,10 @@ mod tests {
     #[test]
     fn only_what_a_stack_asks_for_triggers_its_reconcile() {
         let mut seen = SpecChanges::default();
-        assert!(seen.changed(&stack(1, "", 0)), "first sight");
+        let mut new = stack(1, "", 0);
+        new.metadata.finalizers = None;
+        assert!(seen.changed(&new), "first sight");
+        assert!(!seen.changed(&stack(1, "", 0)), "its finalizer added");
         assert!(!seen.changed(&stack(1, "", 1)), "its own status write");
         assert!(seen.changed(&stack(2, "", 1)), "a spec change");
         assert!(

@@ -72,6 +72,9 @@ struct Pass<'a> {
     status: StackStatus,
     /// The Stack's resourceVersion after this pass's own writes.
     resource_version: Option<String>,
+    /// An Update absorbed by this pass: it is announced and released only once a status
+    /// holding its result is written (one write then carries the result and what follows).
+    absorbed: Option<Arc<Update>>,
 }
 
 /// [`reconcile`], with a panic (a bug reached through this Stack's content) turned into a
@@ -188,6 +191,7 @@ impl<'a> Pass<'a> {
             written,
             status,
             resource_version: stack.resource_version(),
+            absorbed: None,
         })
     }
 
@@ -326,20 +330,26 @@ impl<'a> Pass<'a> {
             }
             InFlight::Free => {}
         }
-        // Release every finished Update that has been absorbed (this one included, now that
-        // the status saying so is written).
+        // Release every finished Update absorbed by an earlier pass (the one absorbed now goes
+        // once the status saying so is written: `after_write`).
         let keep = self
             .status
             .current_update
             .as_ref()
             .and_then(|c| c.name.as_deref());
+        let absorbed_now = self.absorbed.as_ref().map(|u| u.name_any());
         for name in releasable(&refs, keep) {
-            release_update(self.ctx, &self.ns, &name).await;
+            if Some(&name) == absorbed_now.as_ref() {
+                continue;
+            }
+            let seen = refs.iter().copied().find(|u| u.name_any() == name);
+            release_update(self.ctx, &self.ns, &name, seen).await;
         }
         Ok(None)
     }
 
-    /// Folds a finished Update into the status and writes it (before its finalizer goes).
+    /// Folds a finished Update into the status; the status is written by the end of this pass,
+    /// together with what the pass decides next, and then the Update is released.
     async fn absorb(&mut self, update: &Update) -> Result<()> {
         let failed = status::update_failed(update);
         let outputs = if failed {
@@ -348,7 +358,18 @@ impl<'a> Pass<'a> {
             read_outputs(self.ctx, &self.ns, update).await?
         };
         absorb(&mut self.status, update, outputs, &self.now);
-        self.save().await?;
+        self.absorbed = Some(Arc::new(update.clone()));
+        Ok(())
+    }
+
+    /// What follows the first status write that holds an absorbed result: the result's Event
+    /// and metrics, the history limit, and the Update's release.
+    async fn after_write(&mut self) {
+        let Some(update) = self.absorbed.take() else {
+            return;
+        };
+        let update = update.as_ref();
+        let failed = status::update_failed(update);
         record_finished_update(self.ctx, update);
         if failed {
             let msg = update
@@ -372,7 +393,7 @@ impl<'a> Pass<'a> {
         }
         info!(update = %update.name_any(), failed, "update finished");
         prune_history(self.ctx, self.stack, &self.ns, &self.status).await;
-        Ok(())
+        release_update(self.ctx, &self.ns, &update.name_any(), Some(update)).await;
     }
 
     // ---- phase 4: source -------------------------------------------------------------
@@ -587,38 +608,58 @@ impl<'a> Pass<'a> {
         use crate::stack::references::{missing_message, required, Kind};
         let client = &self.ctx.client;
         let mut missing = Vec::new();
+        let now = std::time::Instant::now();
+        let seen = &self.ctx.recently_seen;
         for r in required(ws) {
+            if let Some(keys) = seen.get(&r.kind, &self.ns, &r.name, now) {
+                if r.key.as_ref().is_none_or(|k| keys.contains(k)) {
+                    continue;
+                }
+            }
+            let keys_of = |data: Option<Vec<&String>>| -> Vec<String> {
+                data.into_iter().flatten().cloned().collect()
+            };
             let (exists, has_key) = match r.kind {
                 Kind::ServiceAccount => {
                     let api: Api<k8s_openapi::api::core::v1::ServiceAccount> =
                         Api::namespaced(client.clone(), &self.ns);
-                    (api.get_opt(&r.name).await?.is_some(), true)
+                    let exists = api.get_opt(&r.name).await?.is_some();
+                    if exists {
+                        seen.put(&r.kind, &self.ns, &r.name, Vec::new(), now);
+                    }
+                    (exists, true)
                 }
                 Kind::ConfigMap => {
                     let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
                         Api::namespaced(client.clone(), &self.ns);
                     match api.get_opt(&r.name).await? {
                         None => (false, false),
-                        Some(cm) => (
-                            true,
-                            r.key.as_ref().is_none_or(|k| {
-                                cm.data.as_ref().is_some_and(|d| d.contains_key(k))
-                                    || cm.binary_data.as_ref().is_some_and(|d| d.contains_key(k))
-                            }),
-                        ),
+                        Some(cm) => {
+                            let mut keys = keys_of(cm.data.as_ref().map(|d| d.keys().collect()));
+                            keys.extend(keys_of(
+                                cm.binary_data.as_ref().map(|d| d.keys().collect()),
+                            ));
+                            let has = r.key.as_ref().is_none_or(|k| keys.contains(k));
+                            seen.put(&r.kind, &self.ns, &r.name, keys, now);
+                            (true, has)
+                        }
                     }
                 }
                 Kind::Secret => {
                     let api: Api<Secret> = Api::namespaced(client.clone(), &self.ns);
                     match api.get_opt(&r.name).await? {
                         None => (false, false),
-                        Some(s) => (
-                            true,
-                            r.key.as_ref().is_none_or(|k| {
-                                s.data.as_ref().is_some_and(|d| d.contains_key(k))
-                                    || s.string_data.as_ref().is_some_and(|d| d.contains_key(k))
-                            }),
-                        ),
+                        Some(secret) => {
+                            // Key names only: the values never leave this function.
+                            let mut keys =
+                                keys_of(secret.data.as_ref().map(|d| d.keys().collect()));
+                            keys.extend(keys_of(
+                                secret.string_data.as_ref().map(|d| d.keys().collect()),
+                            ));
+                            let has = r.key.as_ref().is_none_or(|k| keys.contains(k));
+                            seen.put(&r.kind, &self.ns, &r.name, keys, now);
+                            (true, has)
+                        }
                     }
                 }
             };
@@ -714,6 +755,7 @@ impl<'a> Pass<'a> {
         .await?;
         self.resource_version = written.resource_version();
         self.written = self.status.clone();
+        self.after_write().await;
         Ok(())
     }
 
@@ -734,7 +776,7 @@ impl<'a> Pass<'a> {
     async fn release_and_remove_finalizer(&mut self) -> Result<()> {
         for u in self.owned_updates() {
             if u.finalizers().iter().any(|f| f == names::FINALIZER) {
-                release_update(self.ctx, &self.ns, &u.name_any()).await;
+                release_update(self.ctx, &self.ns, &u.name_any(), Some(u.as_ref())).await;
             }
         }
         let finalizers: Vec<&String> = self
@@ -814,22 +856,43 @@ fn leftovers(wanted: &serde_json::Value, got: &serde_json::Value) -> Option<serd
 
 /// Removes our finalizer from a finished Update the Stack has absorbed (best effort: the next
 /// reconcile tries again). A JSON patch tests the entry, so a concurrent change is not lost.
-async fn release_update(ctx: &Context, ns: &str, name: &str) {
+async fn release_update(ctx: &Context, ns: &str, name: &str, seen: Option<&Update>) {
     let api: Api<Update> = Api::namespaced(ctx.client.clone(), ns);
-    if let Err(e) = remove_finalizer(&api, name).await {
+    if let Err(e) = remove_finalizer(&api, name, seen).await {
         warn!(update = %name, "cannot release the Update's finalizer: {e}");
     }
 }
 
 /// Removes `finalizer.stack.pulumi.com` from an object by a JSON patch that tests the entry.
-pub async fn remove_finalizer<K>(api: &Api<K>, name: &str) -> Result<()>
+/// `seen` (the cached object) saves reading it first; when the cache was behind, the test
+/// fails and the object is read.
+pub async fn remove_finalizer<K>(api: &Api<K>, name: &str, seen: Option<&K>) -> Result<()>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
+    if let Some(obj) = seen {
+        match patch_out_finalizer(api, name, obj).await {
+            Ok(()) => return Ok(()),
+            Err(Error::Kube(kube::Error::Api(e))) if e.code != 404 => {
+                tracing::debug!(
+                    "the cached finalizers were stale ({}); reading the object",
+                    e.message
+                );
+            }
+            Err(e) => return Err(e),
+        }
+    }
     let Some(current) = api.get_opt(name).await? else {
         return Ok(());
     };
-    let Some(index) = current
+    patch_out_finalizer(api, name, &current).await
+}
+
+async fn patch_out_finalizer<K>(api: &Api<K>, name: &str, obj: &K) -> Result<()>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let Some(index) = obj
         .meta()
         .finalizers
         .iter()

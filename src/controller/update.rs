@@ -31,14 +31,20 @@ async fn publish(ctx: &Context, update: &Update, type_: EventType, reason: &str,
         .await;
 }
 
-async fn write_status(api: &Api<Update>, name: &str, status: &UpdateStatus) -> Result<()> {
+async fn write_status(
+    ctx: &Context,
+    api: &Api<Update>,
+    update: &Update,
+    status: &UpdateStatus,
+) -> Result<()> {
     let patch = serde_json::json!({"apiVersion": "auto.pulumi.com/v1alpha1", "kind": "Update", "status": status});
     api.patch_status(
-        name,
+        &update.name_any(),
         &PatchParams::apply(names::FIELD_MANAGER_UPDATE_STATUS).force(),
         &Patch::Apply(&patch),
     )
     .await?;
+    ctx.wrote_update_status(update, status);
     Ok(())
 }
 
@@ -93,7 +99,7 @@ async fn finished(update: &Update, ctx: &Context, ns: &str) -> Result<Action> {
         {
             // Nobody is left to absorb it (the Stack was removed without its finalizer).
             let api: Api<Update> = Api::namespaced(ctx.client.clone(), ns);
-            crate::controller::stack::remove_finalizer(&api, &name).await?;
+            crate::controller::stack::remove_finalizer(&api, &name, Some(update)).await?;
             info!("released an Update whose Stack is gone");
         }
         return Ok(Action::await_change());
@@ -199,12 +205,7 @@ async fn fail_before_start(
         result: None,
         end: None,
     };
-    write_status(
-        api,
-        &update.name_any(),
-        &status_for(update, &failed, None, now),
-    )
-    .await?;
+    write_status(ctx, api, update, &status_for(update, &failed, None, now)).await?;
     publish(
         ctx,
         update,
@@ -279,6 +280,7 @@ const WORKSPACE_WAIT_SECONDS: i64 = 60;
 const LEFTOVER_RETRY: Duration = Duration::from_secs(2);
 
 pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action> {
+    let update = ctx.with_written_status(update);
     let ns = update
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
@@ -290,18 +292,20 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
     let now = Time(jiff::Timestamp::now());
     let deleting = update.metadata.deletion_timestamp.is_some();
     let mut job = own_job(&ctx, &update, &ns);
-    if job.is_none() {
-        // The cache may not have a Job created a moment ago: ask before concluding anything.
+    let started = update
+        .status
+        .as_ref()
+        .is_some_and(|s| s.start_time.is_some());
+    if job.is_none() && (deleting || started) {
+        // The cache may not have a Job created a moment ago: ask before concluding it is gone.
+        // (Not before a first start: creating a Job that exists is answered with a conflict,
+        // and `create_owned` then reads it.)
         job = Api::<Job>::namespaced(ctx.client.clone(), &ns)
             .get_opt(&name)
             .await?
             .filter(|j| owned_by_update(j, &update))
             .map(Arc::new);
     }
-    let started = update
-        .status
-        .as_ref()
-        .is_some_and(|s| s.start_time.is_some());
     if job.is_none() && (deleting || started) {
         // Never a second Job for one Update: once its pods are gone, it ends here and the
         // Stack decides whether to run the operation again.
@@ -321,7 +325,7 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
             };
             let status = status_for(&update, &progress, None, &now);
             if Some(&status) != update.status.as_ref() {
-                write_status(&api, &name, &status).await?;
+                write_status(&ctx, &api, &update, &status).await?;
             }
             return Ok(crate::controller::requeue(LEFTOVER_RETRY));
         }
@@ -427,7 +431,7 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
     let status = status_for(&update, &progress, start, &now);
     let changed = status != update.status.clone().unwrap_or_default();
     if changed {
-        write_status(&api, &name, &status).await?;
+        write_status(&ctx, &api, &update, &status).await?;
     }
     let cleared = match &progress {
         Progress::Succeeded { result, .. }
@@ -506,15 +510,6 @@ async fn collect_outputs(
     let name = update.name_any();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let outputs_name = format!("{name}-stack-outputs");
-    if let Some(existing) = secrets.get_opt(&outputs_name).await? {
-        return Ok(if owned_by_update(&existing, update) {
-            Ok(())
-        } else {
-            Err(format!(
-                "a Secret {outputs_name} that does not belong to this Update is in the way"
-            ))
-        });
-    }
     let plan: Option<RunPlan> = secrets
         .get_opt(&plan_secret_name(&name))
         .await?
@@ -588,8 +583,15 @@ async fn collect_outputs(
             info!(secret = %outputs_name, outputs = payload.data.len(), "wrote the outputs Secret");
             Ok(Ok(()))
         }
-        // Written by a reconcile just before this one.
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Ok(())),
+        // Written by a reconcile just before this one, or somebody else's in the way.
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            Ok(match secrets.get_opt(&outputs_name).await? {
+                Some(existing) if !owned_by_update(&existing, update) => Err(format!(
+                    "a Secret {outputs_name} that does not belong to this Update is in the way"
+                )),
+                _ => Ok(()),
+            })
+        }
         Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => Ok(Err(format!(
             "its outputs Secret was refused: {}",
             e.message
@@ -699,7 +701,7 @@ async fn start(
             c.reason = names::UPDATE_REASON_WORKSPACE_NOT_FOUND.into();
         }
         if Some(&status) != update.status.as_ref() {
-            write_status(api, &name, &status).await?;
+            write_status(ctx, api, update, &status).await?;
         }
         return Ok(Started::Done(crate::controller::requeue(
             Duration::from_secs(10),
@@ -818,11 +820,12 @@ async fn start(
     info!(job = %name, "job created");
     // `startTime` records that this Update has had a Job: it never gets a second one.
     let starting = Progress::Running {
-        message: "starting the operation".into(),
+        message: crate::update::status::RUNNING_MESSAGE.into(),
     };
     write_status(
+        ctx,
         api,
-        &name,
+        update,
         &status_for(update, &starting, Some(now.clone()), now),
     )
     .await?;

@@ -92,6 +92,11 @@ fn seconds_since(t: Option<&Time>, now: jiff::Timestamp) -> i64 {
     t.map(|t| now.duration_since(t.0).as_secs()).unwrap_or(0)
 }
 
+/// The Progressing message from the Job's creation to the end of a normal run: each step of a
+/// normal start (Job, pod, program fetch, Pulumi) would otherwise be a status write, four per
+/// operation; `kubectl get pods` and `kubectl logs job/<update>` show those steps.
+pub const RUNNING_MESSAGE: &str = "running the operation";
+
 /// What the pod says about the operation.
 pub fn pod_progress(pod: &Pod, now: jiff::Timestamp) -> Progress {
     let status = pod.status.clone().unwrap_or_default();
@@ -142,15 +147,9 @@ pub fn pod_progress(pod: &Pod, now: jiff::Timestamp) -> Progress {
             }
         }
     }
-    let running = mains
-        .iter()
-        .any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+    // Starting or running: one message, so that neither step is a status write.
     Progress::Running {
-        message: if running {
-            "running the operation".into()
-        } else {
-            "preparing the operation (fetching the program)".into()
-        },
+        message: RUNNING_MESSAGE.into(),
     }
 }
 
@@ -169,7 +168,7 @@ fn pod_busy(pod: &Pod) -> bool {
 pub fn progress(job: Option<&Job>, pods: &[&Pod], now: jiff::Timestamp) -> Progress {
     let Some(job) = job else {
         return Progress::Running {
-            message: "creating the Job".into(),
+            message: RUNNING_MESSAGE.into(),
         };
     };
     let mut pods: Vec<&Pod> = pods.to_vec();
@@ -237,7 +236,7 @@ pub fn progress(job: Option<&Job>, pods: &[&Pod], now: jiff::Timestamp) -> Progr
         },
         (Some(o), None) => o.clone(),
         (None, _) => outcomes.last().cloned().unwrap_or(Progress::Running {
-            message: "waiting for the Job's pod".into(),
+            message: RUNNING_MESSAGE.into(),
         }),
     }
 }
