@@ -369,6 +369,22 @@ fn kill_pulumi_cli(backend_dir: &str) -> usize {
     killed
 }
 
+/// The command lines of every process whose program is named `pulumi*`, for a failure
+/// message.
+fn pulumi_processes() -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let line = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            let program = line.split(' ').next()?.rsplit('/').next()?.to_string();
+            program.starts_with("pulumi").then_some(line)
+        })
+        .collect()
+}
+
 /// The Pulumi process killed with SIGKILL mid-update leaves the backend's lock behind; the
 /// next operation of the same Stack finds the lock's holder gone, clears it with an Event, and
 /// succeeds. A lock held by anyone else is never touched (unit-tested in runner/src/locks.rs).
@@ -390,10 +406,21 @@ async fn a_lock_left_by_a_killed_pulumi_is_cleared_by_the_next_operation() {
     .await;
     // SIGKILL the Pulumi CLI of this operation (found by its backend, unique to this test's
     // namespace): it dies at once without releasing its lock, as on an OOM kill of the CLI.
-    let killed = kill_pulumi_cli(&f.sn.backend_dir.to_string_lossy());
+    // The lock can be seen a moment before `pulumi up` is visible in /proc on a loaded
+    // machine (CI runs this file's tests side by side), so look for it for a while.
+    let backend = f.sn.backend_dir.to_string_lossy().to_string();
+    let mut killed = 0;
+    for _ in 0..60 {
+        killed = kill_pulumi_cli(&backend);
+        if killed > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     assert!(
         killed > 0,
-        "no pulumi process of this test to kill (pod {pod_name})"
+        "no pulumi process of this test to kill (pod {pod_name}); pulumi processes: {:?}",
+        pulumi_processes()
     );
     let s = f
         .wait_stack_for(

@@ -57,6 +57,46 @@ impl StackOutputs {
         Ok(StackOutputs { values, secret })
     }
 
+    /// The stack's outputs as an operation's event log (`--event-log`) recorded them: the
+    /// last `resOutputsEvent` of the `pulumi:pulumi:Stack` resource, whose secret values are
+    /// masked (a secret-signature object with `"ciphertext": "[secret]"`). `None` when the log
+    /// holds no such event (the caller then asks `stack output`). The values of secret outputs
+    /// are not in the log: [`StackOutputs::reveal`] fills them in.
+    pub fn from_event_log(text: &str) -> Option<StackOutputs> {
+        let outputs = text.lines().rev().find_map(|line| {
+            let event: Value = serde_json::from_str(line).ok()?;
+            let metadata = event.get("resOutputsEvent")?.get("metadata")?;
+            (metadata.get("type")?.as_str()? == "pulumi:pulumi:Stack")
+                .then(|| metadata.get("new")?.get("outputs").cloned())?
+        })?;
+        let Value::Object(map) = outputs else {
+            return None;
+        };
+        let values: BTreeMap<String, Value> = map.into_iter().collect();
+        let secret = values
+            .iter()
+            .filter(|(_, v)| holds_secret(v))
+            .map(|(k, _)| k.clone())
+            .collect();
+        Some(StackOutputs { values, secret })
+    }
+
+    /// Takes the secret outputs' values from `stack output --json --show-secrets`; the
+    /// revealed document must name the same outputs.
+    pub fn reveal(&mut self, revealed: &[u8]) -> Result<(), String> {
+        // Never quote the revealed document in an error.
+        let values: BTreeMap<String, Value> = serde_json::from_slice(revealed)
+            .map_err(|_| "cannot parse `stack output --json --show-secrets`".to_string())?;
+        if !values.keys().eq(self.values.keys()) {
+            return Err(
+                "`stack output --show-secrets` names other outputs than the operation's event log"
+                    .to_string(),
+            );
+        }
+        self.values = values;
+        Ok(())
+    }
+
     pub fn is_empty(&self) -> bool {
         self.values.is_empty()
     }
@@ -79,6 +119,22 @@ impl StackOutputs {
         }
         self.secret.extend(marked.iter().cloned());
         marked
+    }
+}
+
+/// The signature key Pulumi marks a secret value with in serialized property values.
+const SECRET_SIG_KEY: &str = "4dabf18193072939515e22adb298388d";
+const SECRET_SIG: &str = "1b47061264138c4ac30d75fd1eb44270";
+
+/// Whether a serialized property value is, or contains, a secret.
+fn holds_secret(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => {
+            m.get(SECRET_SIG_KEY).and_then(Value::as_str) == Some(SECRET_SIG)
+                || m.values().any(holds_secret)
+        }
+        Value::Array(items) => items.iter().any(holds_secret),
+        _ => false,
     }
 }
 
@@ -249,6 +305,7 @@ pub fn service_account(message: &str) -> Option<String> {
 mod tests {
     use super::*;
     use pulumi_operator_api::plan::{Operation, StackPlan};
+    use serde_json::json;
 
     fn plan() -> RunPlan {
         RunPlan {
@@ -267,6 +324,43 @@ mod tests {
             secret_env: Vec::new(),
             secret_env_dirs: Vec::new(),
         }
+    }
+
+    #[test]
+    fn outputs_come_from_the_event_log_and_secrets_from_the_cli() {
+        // As the real CLI (3.259) writes them, one event a line.
+        let log = r#"{"sequence":1,"resOutputsEvent":{"metadata":{"op":"same","urn":"u1","type":"pulumi:pulumi:Stack","new":{"outputs":{}}}}}
+{"sequence":2,"resOutputsEvent":{"metadata":{"op":"same","urn":"u2","type":"standin:index:Record","new":{"outputs":{"greeting":"other"}}}}}
+{"sequence":3,"resOutputsEvent":{"metadata":{"op":"same","urn":"u1","type":"pulumi:pulumi:Stack","new":{"outputs":{"greeting":"hi","obj":{"a":1,"b":["x"]},"pw":{"4dabf18193072939515e22adb298388d":"1b47061264138c4ac30d75fd1eb44270","ciphertext":"[secret]"},"nested":{"k":[{"4dabf18193072939515e22adb298388d":"1b47061264138c4ac30d75fd1eb44270","ciphertext":"[secret]"}]}}}}}}
+{"sequence":4,"summaryEvent":{"resourceChanges":{"same":3}}}"#;
+        let mut o = StackOutputs::from_event_log(log).unwrap();
+        assert_eq!(o.values["greeting"], json!("hi"));
+        assert_eq!(o.values["obj"], json!({"a": 1, "b": ["x"]}));
+        assert_eq!(
+            o.secret,
+            ["nested".to_string(), "pw".to_string()]
+                .into_iter()
+                .collect()
+        );
+        assert!(o.reveal(br#"{"greeting":"hi"}"#).is_err(), "other outputs");
+        let err = o.reveal(b"s3cr3t not json").unwrap_err();
+        assert!(!err.contains("s3cr3t"));
+        o.reveal(
+            br#"{"greeting":"hi","obj":{"a":1,"b":["x"]},"pw":"s3cr3t","nested":{"k":["n"]}}"#,
+        )
+        .unwrap();
+        assert_eq!(o.values["pw"], json!("s3cr3t"));
+        assert_eq!(o.secret.len(), 2);
+
+        // No event of the stack resource: the caller asks the CLI.
+        assert!(StackOutputs::from_event_log(
+            r#"{"sequence":4,"summaryEvent":{"resourceChanges":{}}}"#
+        )
+        .is_none());
+        assert!(StackOutputs::from_event_log("").is_none());
+        // A stack without outputs.
+        let none = r#"{"resOutputsEvent":{"metadata":{"type":"pulumi:pulumi:Stack","new":{"outputs":{}}}}}"#;
+        assert!(StackOutputs::from_event_log(none).unwrap().is_empty());
     }
 
     #[test]

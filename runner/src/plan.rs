@@ -93,9 +93,47 @@ pub fn parse_project(text: &str) -> Result<ProjectInfo, String> {
     Ok(ProjectInfo { name, runtime })
 }
 
+/// Whether `pulumi install` has anything to do for the project file `text`: a YAML program
+/// has no dependencies to install unless it declares `packages:` (parameterized providers);
+/// every other runtime installs its language's dependencies (npm, pip, go mod…). An
+/// unreadable file says yes: `install` then reports what is wrong with it.
+pub fn needs_install(text: &str) -> bool {
+    let Ok(doc) = serde_yaml::from_str::<serde_yaml::Value>(text) else {
+        return true;
+    };
+    let runtime = match doc.get("runtime") {
+        Some(serde_yaml::Value::String(s)) => s.as_str(),
+        Some(v) => v
+            .get("name")
+            .and_then(serde_yaml::Value::as_str)
+            .unwrap_or_default(),
+        None => "",
+    };
+    runtime != "yaml" || doc.get("packages").is_some()
+}
+
+/// [`needs_install`] for the project file of `dir` (no file: yes).
+pub fn project_needs_install(dir: &Path) -> bool {
+    project_file(dir)
+        .and_then(|f| std::fs::read_to_string(f).ok())
+        .is_none_or(|text| needs_install(&text))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_programs_with_dependencies_are_installed() {
+        assert!(!needs_install("name: a\nruntime: yaml\nresources: {}\n"));
+        assert!(!needs_install("name: a\nruntime: {name: yaml}\n"));
+        assert!(needs_install(
+            "name: a\nruntime: yaml\npackages:\n  x: github.com/o/x@v1\n"
+        ));
+        assert!(needs_install("name: a\nruntime: nodejs\n"));
+        assert!(needs_install(r#"{"name": "j", "runtime": "go"}"#));
+        assert!(needs_install("name: [unclosed"));
+    }
 
     #[test]
     fn project_runtime_forms() {

@@ -58,6 +58,19 @@ impl Invocation {
         self
     }
 
+    /// Plaintext config for an operation to set before it runs (and save to the stack's
+    /// config file), as `config set-all --path --plaintext` would: `--config-path
+    /// --config=k=v…` (the `=` form, so that a value starting with `-` stays a value).
+    pub fn with_config(mut self, pairs: &[(String, String)]) -> Invocation {
+        if !pairs.is_empty() {
+            self.args.push("--config-path".into());
+            for (k, v) in pairs {
+                self.args.push(format!("--config={k}={v}"));
+            }
+        }
+        self
+    }
+
     /// The command line as it may be logged (`pulumi …`, secret argv elided).
     pub fn display(&self) -> String {
         if self.secret_args {
@@ -126,9 +139,11 @@ pub fn cancel(stack: &str) -> Invocation {
     Invocation::new(&["cancel", "--yes", "--stack", stack])
 }
 
-/// `P stack init S [--secrets-provider P]`.
-pub fn stack_init(stack: &str, secrets_provider: Option<&str>) -> Invocation {
-    let mut inv = Invocation::new(&["stack", "init", stack]);
+/// `P stack select --create --stack S [--secrets-provider P]`: selects the stack, creating it
+/// (with the secrets provider, which is used only then) when it does not exist — one CLI
+/// process where the SDK's select, init, select takes three.
+pub fn stack_select_or_create(stack: &str, secrets_provider: Option<&str>) -> Invocation {
+    let mut inv = Invocation::new(&["stack", "select", "--create", "--stack", stack]);
     if let Some(p) = secrets_provider.filter(|p| !p.is_empty()) {
         inv = inv.arg("--secrets-provider").arg(p);
     }
@@ -418,12 +433,12 @@ mod tests {
         );
         assert!(!debug_env(&stack_select("dev")));
         assert_eq!(
-            argv(&stack_init("dev", None)),
-            "--non-interactive stack init dev"
+            argv(&stack_select_or_create("dev", None)),
+            "--non-interactive stack select --create --stack dev"
         );
         assert_eq!(
-            argv(&stack_init("dev", Some("passphrase"))),
-            "--non-interactive stack init dev --secrets-provider passphrase"
+            argv(&stack_select_or_create("dev", Some("passphrase"))),
+            "--non-interactive stack select --create --stack dev --secrets-provider passphrase"
         );
         assert_eq!(
             argv(&config_env_add("dev", &["proj/a".into(), "proj/b".into()])),
@@ -447,6 +462,24 @@ mod tests {
         assert_eq!(
             argv(&stack_rm("dev")),
             "--non-interactive stack rm --yes dev"
+        );
+    }
+
+    #[test]
+    fn plaintext_config_rides_on_the_operation() {
+        let up = operation(Operation::Up, "dev", &OperationOptions::default(), &ctx());
+        assert_eq!(up.clone().with_config(&[]), up);
+        let with = up.clone().with_config(&[
+            ("p:[\"a\"]".into(), "-x=1".into()),
+            ("p:b.c[0]".into(), "2".into()),
+        ]);
+        assert_eq!(
+            &with.args[up.args.len()..],
+            [
+                "--config-path",
+                "--config=p:[\"a\"]=-x=1",
+                "--config=p:b.c[0]=2"
+            ]
         );
     }
 

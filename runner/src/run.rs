@@ -86,6 +86,19 @@ pub async fn run(
 pub struct Prepared {
     pub runner: Runner,
     pub project: ProjectInfo,
+    /// Plaintext config left for the operation to set (`--config`), when the caller asked
+    /// for it: one CLI process fewer than `config set-all`.
+    pub operation_config: Vec<(String, String)>,
+}
+
+/// How much of the configuration `prepare` applies itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigApplied {
+    /// Everything (a retained workspace, where no operation follows).
+    All,
+    /// All but a trailing run of plaintext values, which the operation sets with
+    /// `--config-path --config k=v` (the same keys, in the same order, last as before).
+    AllButTrailingPlaintext,
 }
 
 pub async fn prepare(
@@ -94,6 +107,7 @@ pub async fn prepare(
     opts: &RunOptions,
     signals: Signals,
     redactor: &mut Redactor,
+    applied: ConfigApplied,
 ) -> Result<Prepared, Failure> {
     let workspace = layout.workspace_dir();
     if !workspace.is_dir() {
@@ -133,11 +147,37 @@ pub async fn prepare(
             crate::redact::MIN_SECRET_CHARS
         ));
     }
-    let config_steps = config::steps(&resolved);
+    let mut config_steps = config::steps(&resolved);
+    let operation_config = match (applied, config_steps.last()) {
+        (ConfigApplied::AllButTrailingPlaintext, Some(config::Step::Plaintext(_))) => {
+            match config_steps.pop() {
+                Some(config::Step::Plaintext(pairs)) => pairs,
+                _ => Vec::new(),
+            }
+        }
+        _ => Vec::new(),
+    };
 
     let runner = Runner::new(&opts.pulumi, &workspace, signals);
+    // Each CLI process is a Go start-up (and, with a passphrase, a key derivation): the three
+    // independent steps run side by side, and `install` only when the program has
+    // dependencies to install.
+    let install_step = async {
+        if crate::plan::project_needs_install(&workspace) {
+            let install = pulumi::install();
+            runner.run(&install).await.map(Some)
+        } else {
+            Ok(None)
+        }
+    };
+    let version_inv = pulumi::version();
+    let (version_out, installed, selected) = tokio::join!(
+        runner.run(&version_inv),
+        install_step,
+        select_stack(&runner, plan, opts)
+    );
     let version = {
-        let out = runner.run(&pulumi::version()).await?;
+        let out = version_out?;
         let v = out
             .success()
             .then(|| Version::parse(&String::from_utf8_lossy(&out.stdout)))
@@ -148,17 +188,17 @@ pub async fn prepare(
         }
         v
     };
-    let config_invocations = config::invocations(stack, &config_steps, version)?;
-
-    let install = runner.run(&pulumi::install()).await?;
-    if !install.success() {
-        let mut f = failure(&install, "install");
-        if f.reason != FailureReason::Interrupted {
-            f.reason = FailureReason::InstallationFailed;
+    if let Some(install) = installed? {
+        if !install.success() {
+            let mut f = failure(&install, "install");
+            if f.reason != FailureReason::Interrupted {
+                f.reason = FailureReason::InstallationFailed;
+            }
+            return Err(f);
         }
-        return Err(f);
     }
-    select_stack(&runner, plan, opts).await?;
+    selected?;
+    let config_invocations = config::invocations(stack, &config_steps, version)?;
     if !plan.stack.environment.is_empty() {
         let listed = if version.is_none_or(|v| v >= Version::ENVIRONMENTS_LS) {
             let out = runner.run(&pulumi::config_env_ls(stack)).await?;
@@ -181,7 +221,11 @@ pub async fn prepare(
     for inv in &config_invocations {
         check(&runner.run(inv).await?, &inv.name())?;
     }
-    Ok(Prepared { runner, project })
+    Ok(Prepared {
+        runner,
+        project,
+        operation_config,
+    })
 }
 
 async fn run_inner(
@@ -191,7 +235,19 @@ async fn run_inner(
     signals: Signals,
     redactor: &mut Redactor,
 ) -> Result<RunResult, Failure> {
-    let Prepared { runner, .. } = prepare(plan, layout, opts, signals, redactor).await?;
+    let Prepared {
+        runner,
+        operation_config,
+        ..
+    } = prepare(
+        plan,
+        layout,
+        opts,
+        signals,
+        redactor,
+        ConfigApplied::AllButTrailingPlaintext,
+    )
+    .await?;
     let stack = plan.stack.name.as_str();
 
     let scratch = layout.scratch_dir();
@@ -211,7 +267,8 @@ async fn run_inner(
     let mut options = plan.options.clone();
     let retry = options.retry_on_update_conflict;
     if op == Operation::Up && options.refresh && options.expect_no_refresh_changes {
-        let inv = pulumi::refresh_expecting_no_changes(stack, &options, &ctx);
+        let inv = pulumi::refresh_expecting_no_changes(stack, &options, &ctx)
+            .with_config(&operation_config);
         let out = run_retrying_conflicts(&runner, &inv, opts, retry, plan).await?;
         if !out.success() {
             let mut f = failure(&out, "refresh");
@@ -225,7 +282,7 @@ async fn run_inner(
         }
         options.refresh = false;
     }
-    let inv = pulumi::operation(op, stack, &options, &ctx);
+    let inv = pulumi::operation(op, stack, &options, &ctx).with_config(&operation_config);
     let out = run_retrying_conflicts(&runner, &inv, opts, retry, plan).await?;
     if !out.success() {
         return Err(failure(&out, op.as_str()));
@@ -233,14 +290,22 @@ async fn run_inner(
 
     let mut result = succeeded(format!("{} succeeded", op.as_str()));
     result.permalink = out.observed.permalink.clone();
-    let from_events = summary_from_event_log(&event_log);
-    result.summary = match op {
-        Operation::Preview => from_events,
-        _ => history_summary(&runner, stack).await.or(from_events),
+    // The event log's summary is what `stack history` would record; the history is read
+    // only when the log has none (a CLI that wrote no summary event).
+    result.summary = match summary_from_event_log(&event_log) {
+        Some(summary) => Some(summary),
+        None if op != Operation::Preview => history_summary(&runner, stack).await,
+        None => None,
     };
     let remove = op == Operation::Destroy && options.remove;
     if op != Operation::Preview && !remove {
-        let outputs = read_outputs(&runner, stack, redactor).await?;
+        // An update's event log holds the outputs (secret ones masked): the CLI is asked
+        // again only for secret values, or when the log has none.
+        let logged = (op == Operation::Up)
+            .then(|| std::fs::read_to_string(&event_log).ok())
+            .flatten()
+            .and_then(|text| StackOutputs::from_event_log(&text));
+        let outputs = read_outputs(&runner, stack, logged, redactor).await?;
         if outputs.is_empty() {
             log("the stack has no outputs");
         } else if let Some(key) = plan.outputs_key.as_deref() {
@@ -291,10 +356,24 @@ async fn run_inner(
     Ok(result)
 }
 
-/// `stack select`; on "no stack named … found", `stack init` (when allowed) and select again,
-/// as PKO does.
+/// `stack select --create` (one process), or, when the Stack may not create its stack
+/// (`useLocalStackOnly`), `stack select` with a message naming the field. The real CLI
+/// refuses to create a stack whose lock another update holds (a DIY backend's lock files
+/// outlive a deleted stack), so `retryOnUpdateConflict` waits here too.
 async fn select_stack(runner: &Runner, plan: &RunPlan, opts: &RunOptions) -> Result<(), Failure> {
     let stack = plan.stack.name.as_str();
+    if plan.stack.create {
+        let select = pulumi::stack_select_or_create(stack, plan.stack.secrets_provider.as_deref());
+        let out = run_retrying_conflicts(
+            runner,
+            &select,
+            opts,
+            plan.options.retry_on_update_conflict,
+            plan,
+        )
+        .await?;
+        return check(&out, "stack select");
+    }
     let out = runner.run(&pulumi::stack_select(stack)).await?;
     if out.success() {
         return Ok(());
@@ -303,29 +382,10 @@ async fn select_stack(runner: &Runner, plan: &RunPlan, opts: &RunOptions) -> Res
     if f.reason != FailureReason::StackNotFound {
         return Err(f);
     }
-    if !plan.stack.create {
-        return Err(Failure::new(
-            FailureReason::StackNotFound,
-            format!("the stack {stack} does not exist and may not be created (useLocalStackOnly)"),
-        ));
-    }
-    // The real CLI refuses to create a stack whose lock another update holds (a DIY backend's
-    // lock files outlive a deleted stack), so retryOnUpdateConflict waits here too.
-    let init = run_retrying_conflicts(
-        runner,
-        &pulumi::stack_init(stack, plan.stack.secrets_provider.as_deref()),
-        opts,
-        plan.options.retry_on_update_conflict,
-        plan,
-    )
-    .await?;
-    if !init.success() && !init.observed.error_summary().contains("already exists") {
-        return Err(failure(&init, "stack init"));
-    }
-    check(
-        &runner.run(&pulumi::stack_select(stack)).await?,
-        "stack select",
-    )
+    Err(Failure::new(
+        FailureReason::StackNotFound,
+        format!("the stack {stack} does not exist and may not be created (useLocalStackOnly)"),
+    ))
 }
 
 /// The wanted environments that are not imported yet, in order, without duplicates.
@@ -435,18 +495,37 @@ fn check(out: &Outcome, what: &str) -> Result<(), Failure> {
 async fn read_outputs(
     runner: &Runner,
     stack: &str,
+    logged: Option<StackOutputs>,
     redactor: &mut Redactor,
 ) -> Result<StackOutputs, Failure> {
-    let masked = runner.run(&pulumi::stack_output(stack, false)).await?;
-    check(&masked, "stack output")?;
-    let revealed = runner.run(&pulumi::stack_output(stack, true)).await?;
-    check(&revealed, "stack output --show-secrets")?;
-    let mut outputs = StackOutputs::parse(&masked.stdout, &revealed.stdout).map_err(|e| {
+    let in_failure = |e: String| {
         Failure::new(
             FailureReason::UpdateFailed,
             format!("the operation succeeded, but {e}"),
         )
-    })?;
+    };
+    let mut outputs = match logged {
+        Some(outputs) if outputs.secret.is_empty() => outputs,
+        Some(mut outputs) => {
+            let revealed = runner.run(&pulumi::stack_output(stack, true)).await?;
+            check(&revealed, "stack output --show-secrets")?;
+            outputs.reveal(&revealed.stdout).map_err(in_failure)?;
+            outputs
+        }
+        None => {
+            // Both reads at once: which outputs are secret comes from the masked document.
+            let (masked_inv, revealed_inv) = (
+                pulumi::stack_output(stack, false),
+                pulumi::stack_output(stack, true),
+            );
+            let (masked, revealed) =
+                tokio::join!(runner.run(&masked_inv), runner.run(&revealed_inv));
+            let (masked, revealed) = (masked?, revealed?);
+            check(&masked, "stack output")?;
+            check(&revealed, "stack output --show-secrets")?;
+            StackOutputs::parse(&masked.stdout, &revealed.stdout).map_err(in_failure)?
+        }
+    };
     for key in &outputs.secret {
         if let Some(v) = outputs.values.get(key) {
             config::remember_secret_value(redactor, v);

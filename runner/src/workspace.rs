@@ -114,7 +114,15 @@ async fn prepare(
     signals: Signals,
     redactor: &mut Redactor,
 ) -> Result<String, Failure> {
-    let prepared = run::prepare(&wp.plan, layout, opts, signals, redactor).await?;
+    let prepared = run::prepare(
+        &wp.plan,
+        layout,
+        opts,
+        signals,
+        redactor,
+        run::ConfigApplied::All,
+    )
+    .await?;
     let revision = if wp.workspace.revision.is_empty() {
         String::new()
     } else {
