@@ -28,7 +28,8 @@
 //! BENCH_INSTALL (1: install this operator; 0: measure what is installed) ·
 //! BENCH_OPERATOR_PROCESS (pulumi-operator: the operator's executable name) ·
 //! BENCH_OPERATOR_USER (system:serviceaccount:pulumi-operator:pulumi-operator) ·
-//! BENCH_AUDIT_LOG (.local-cluster/logs/audit.log) · BENCH_OUT.
+//! BENCH_AUDIT_LOG (.local-cluster/logs/audit.log) · BENCH_OUT · BENCH_APPLY_PARALLEL (1: one
+//! `kubectl apply` of one file; k: k files applied side by side, for N = 10,000 by hand).
 //!
 //!     BENCH_RUNS=5 cargo test --test bench runner -- --ignored --nocapture
 //!
@@ -471,19 +472,43 @@ async fn benchmark() {
     let client = f.sn.ns.client.clone();
     let (timeline, tasks) = watch_namespace(&client, f.ns());
     let cordon = Cordon::all();
-    let manifest: String = (0..n)
-        .map(|i| f.stack_yaml(&format!("s{i}"), &format!("commit: {sha}"), ""))
-        .collect::<Vec<_>>()
-        .join("---\n");
-    let file = out_dir.join("stacks.yaml");
-    std::fs::write(&file, &manifest).expect("the Stacks file");
+    // One file, one `kubectl apply` (as a user would); BENCH_APPLY_PARALLEL=k splits it into k
+    // files applied side by side, for N = 10,000 by hand (one kubectl applies ~10 Stacks/s).
+    let parallel: usize = env_or("BENCH_APPLY_PARALLEL", 1usize).clamp(1, 64);
+    let files: Vec<String> = (0..parallel)
+        .map(|part| {
+            let manifest: String = (part..n)
+                .step_by(parallel)
+                .map(|i| f.stack_yaml(&format!("s{i}"), &format!("commit: {sha}"), ""))
+                .collect::<Vec<_>>()
+                .join("---\n");
+            let name = if parallel == 1 {
+                "stacks.yaml".to_string()
+            } else {
+                format!("stacks-{part}.yaml")
+            };
+            let file = out_dir.join(name);
+            std::fs::write(&file, &manifest).expect("the Stacks file");
+            file.to_string_lossy().into_owned()
+        })
+        .collect();
     let burst = Sampler::start(&process);
     let wall_from = jiff::Timestamp::now();
     let start = Instant::now();
-    let file_arg = file.to_string_lossy().into_owned();
-    let (ok, _, err) =
-        test_support::kubectl_result(&["-n", f.ns(), "apply", "--server-side", "-f", &file_arg]);
-    assert!(ok, "applying the Stacks: {err}");
+    let ns = f.ns().to_string();
+    let appliers: Vec<_> = files
+        .into_iter()
+        .map(|file| {
+            let ns = ns.clone();
+            std::thread::spawn(move || {
+                test_support::kubectl_result(&["-n", &ns, "apply", "--server-side", "-f", &file])
+            })
+        })
+        .collect();
+    for applier in appliers {
+        let (ok, _, err) = applier.join().expect("kubectl apply thread");
+        assert!(ok, "applying the Stacks: {err}");
+    }
     let applied_in = start.elapsed().as_secs_f64();
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {

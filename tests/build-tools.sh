@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real programs the tests run, from the Go modules pinned in tests/tools/go.mod and
 # go.sum: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Pulumi CLI and its
-# YAML language host. They are built once into a cache directory keyed by a hash of the pinned
+# YAML language host, and Helm (for the chart's tests). They are built once into a cache directory keyed by a hash of the pinned
 # module files (so a version change rebuilds, and nothing rebuilds otherwise) and reused.
 #
 #   tests/build-tools.sh          build what is missing; last line: the directory holding the binaries
@@ -24,7 +24,7 @@ PULUMI_VERSION="$(awk '$1 == "github.com/pulumi/pulumi/pkg/v3" {print $2; exit}'
 K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$TOOLS_DIR/go.mod")"
 [ -n "$PULUMI_VERSION" ] && [ -n "$K8S_VERSION" ] || die "cannot read the pinned versions from $TOOLS_DIR/go.mod"
 
-key="$(cd "$TOOLS_DIR" && cat go.mod go.sum yaml/go.mod yaml/go.sum $(find . -type f -name '*.go' | sort) | sha256sum | cut -c1-16)"
+key="$(cd "$TOOLS_DIR" && cat go.mod go.sum yaml/go.mod yaml/go.sum helm/go.mod helm/go.sum $(find . -type f -name '*.go' | sort) | sha256sum | cut -c1-16)"
 BIN_DIR="$CACHE_ROOT/tools-$K8S_VERSION-pulumi-$PULUMI_VERSION-$key/bin"
 
 # Each Go module (a directory under tests/tools) and the commands it builds; a binary is named
@@ -32,6 +32,7 @@ BIN_DIR="$CACHE_ROOT/tools-$K8S_VERSION-pulumi-$PULUMI_VERSION-$key/bin"
 MODULES=(
   ". ./cmd/etcd k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler github.com/pulumi/pulumi/pkg/v3/cmd/pulumi ./cmd/pulumi-resource-kubernetes ./cmd/pulumi-resource-standin ./cmd/pulumi-resource-random"
   "yaml github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml"
+  "helm helm.sh/helm/v3/cmd/helm"
 )
 TOOLS=()
 for m in "${MODULES[@]}"; do

@@ -17,5 +17,8 @@ cargo test --workspace --no-fail-fast "$@" || status=$?
 # against the rights it is granted. Only after a full run: a partial one uses less.
 if [ $# -eq 0 ]; then
   cargo test --test rbac_audit -- --ignored || status=$?
+  # helm install/upgrade/uninstall stops the kustomize-installed operator while it runs, so it
+  # runs alone, last.
+  cargo test --test helm_install -- --ignored || status=$?
 fi
 exit $status

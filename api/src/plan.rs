@@ -123,6 +123,11 @@ pub struct StackPlan {
     /// Configuration, applied in order (`config`, `configRef`, `secrets`, `secretsRef`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub config: Vec<ConfigItem>,
+    /// An earlier operation created the stack: no `stack select` before the operation (every
+    /// command names its stack); a command that finds no such stack selects or creates it and
+    /// runs again.
+    #[serde(default, skip_serializing_if = "crate::common::is_false")]
+    pub exists: bool,
 }
 
 /// Flags of the operation (from the Update spec and the Stack).

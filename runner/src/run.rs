@@ -89,16 +89,20 @@ pub struct Prepared {
     /// Plaintext config left for the operation to set (`--config`), when the caller asked
     /// for it: one CLI process fewer than `config set-all`.
     pub operation_config: Vec<(String, String)>,
+    /// The stack was not selected because the plan says it exists ([`on_stack`]).
+    pub assumed: bool,
 }
 
-/// How much of the configuration `prepare` applies itself.
+/// What `prepare` readies the workspace for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConfigApplied {
-    /// Everything (a retained workspace, where no operation follows).
-    All,
-    /// All but a trailing run of plaintext values, which the operation sets with
-    /// `--config-path --config k=v` (the same keys, in the same order, last as before).
-    AllButTrailingPlaintext,
+pub enum PrepareFor {
+    /// A retained workspace, where no operation follows and people `kubectl exec` in: the
+    /// stack is selected and all of the configuration applied.
+    Workspace,
+    /// An operation: a trailing run of plaintext values is left to the operation
+    /// (`--config-path --config k=v`: the same keys, in the same order, last as before), and
+    /// `stack select` is skipped when the plan says the stack exists (every command names it).
+    Operation,
 }
 
 pub async fn prepare(
@@ -107,7 +111,7 @@ pub async fn prepare(
     opts: &RunOptions,
     signals: Signals,
     redactor: &mut Redactor,
-    applied: ConfigApplied,
+    purpose: PrepareFor,
 ) -> Result<Prepared, Failure> {
     let workspace = layout.workspace_dir();
     if !workspace.is_dir() {
@@ -148,20 +152,33 @@ pub async fn prepare(
         ));
     }
     let mut config_steps = config::steps(&resolved);
-    let operation_config = match (applied, config_steps.last()) {
-        (ConfigApplied::AllButTrailingPlaintext, Some(config::Step::Plaintext(_))) => {
-            match config_steps.pop() {
-                Some(config::Step::Plaintext(pairs)) => pairs,
-                _ => Vec::new(),
-            }
-        }
+    let operation_config = match (purpose, config_steps.last()) {
+        (PrepareFor::Operation, Some(config::Step::Plaintext(_))) => match config_steps.pop() {
+            Some(config::Step::Plaintext(pairs)) => pairs,
+            _ => Vec::new(),
+        },
         _ => Vec::new(),
     };
 
     let runner = Runner::new(&opts.pulumi, &workspace, signals);
-    // Each CLI process is a Go start-up (and, with a passphrase, a key derivation): the three
-    // independent steps run side by side, and `install` only when the program has
-    // dependencies to install.
+    // Each CLI process is a Go start-up (and, with a passphrase, a key derivation), so
+    // independent steps run side by side. `pulumi version` (logged for whoever reads the Job's
+    // log) is waited for only when a step depends on the version.
+    let version_task = {
+        let runner = runner.clone();
+        tokio::spawn(async move {
+            let out = runner.run(&pulumi::version()).await.ok()?;
+            let v = out
+                .success()
+                .then(|| Version::parse(&String::from_utf8_lossy(&out.stdout)))
+                .flatten();
+            match v {
+                Some(v) => log(format!("pulumi CLI {v}")),
+                None => log("cannot tell the pulumi CLI version; assuming a recent one"),
+            }
+            v
+        })
+    };
     let install_step = async {
         if crate::plan::project_needs_install(&workspace) {
             let install = pulumi::install();
@@ -170,23 +187,23 @@ pub async fn prepare(
             Ok(None)
         }
     };
-    let version_inv = pulumi::version();
-    let (version_out, installed, selected) = tokio::join!(
-        runner.run(&version_inv),
-        install_step,
-        select_stack(&runner, plan, opts)
-    );
-    let version = {
-        let out = version_out?;
-        let v = out
-            .success()
-            .then(|| Version::parse(&String::from_utf8_lossy(&out.stdout)))
-            .flatten();
-        match v {
-            Some(v) => log(format!("pulumi CLI {v}")),
-            None => log("cannot tell the pulumi CLI version; assuming a recent one"),
+    let mut assumed = purpose == PrepareFor::Operation && plan.stack.exists;
+    let select_step = async {
+        if assumed {
+            Ok(())
+        } else {
+            select_stack(&runner, plan, opts).await
         }
-        v
+    };
+    let (installed, selected) = tokio::join!(install_step, select_step);
+    let needs_version = !plan.stack.environment.is_empty()
+        || config_steps
+            .iter()
+            .any(|step| matches!(step, config::Step::Json { .. }));
+    let version = if needs_version {
+        version_task.await.ok().flatten()
+    } else {
+        None
     };
     if let Some(install) = installed? {
         if !install.success() {
@@ -201,7 +218,8 @@ pub async fn prepare(
     let config_invocations = config::invocations(stack, &config_steps, version)?;
     if !plan.stack.environment.is_empty() {
         let listed = if version.is_none_or(|v| v >= Version::ENVIRONMENTS_LS) {
-            let out = runner.run(&pulumi::config_env_ls(stack)).await?;
+            let ls = pulumi::config_env_ls(stack);
+            let out = on_stack(&mut assumed, &runner, plan, opts, || runner.run(&ls)).await?;
             if out.success() {
                 serde_json::from_slice::<Vec<String>>(&out.stdout).unwrap_or_default()
             } else {
@@ -212,19 +230,20 @@ pub async fn prepare(
         };
         let missing = missing_environments(&listed, &plan.stack.environment);
         if !missing.is_empty() {
-            check(
-                &runner.run(&pulumi::config_env_add(stack, &missing)).await?,
-                "config env add",
-            )?;
+            let add = pulumi::config_env_add(stack, &missing);
+            let out = on_stack(&mut assumed, &runner, plan, opts, || runner.run(&add)).await?;
+            check(&out, "config env add")?;
         }
     }
     for inv in &config_invocations {
-        check(&runner.run(inv).await?, &inv.name())?;
+        let out = on_stack(&mut assumed, &runner, plan, opts, || runner.run(inv)).await?;
+        check(&out, &inv.name())?;
     }
     Ok(Prepared {
         runner,
         project,
         operation_config,
+        assumed,
     })
 }
 
@@ -238,16 +257,9 @@ async fn run_inner(
     let Prepared {
         runner,
         operation_config,
+        mut assumed,
         ..
-    } = prepare(
-        plan,
-        layout,
-        opts,
-        signals,
-        redactor,
-        ConfigApplied::AllButTrailingPlaintext,
-    )
-    .await?;
+    } = prepare(plan, layout, opts, signals, redactor, PrepareFor::Operation).await?;
     let stack = plan.stack.name.as_str();
 
     let scratch = layout.scratch_dir();
@@ -269,7 +281,10 @@ async fn run_inner(
     if op == Operation::Up && options.refresh && options.expect_no_refresh_changes {
         let inv = pulumi::refresh_expecting_no_changes(stack, &options, &ctx)
             .with_config(&operation_config);
-        let out = run_retrying_conflicts(&runner, &inv, opts, retry, plan).await?;
+        let out = on_stack(&mut assumed, &runner, plan, opts, || {
+            run_retrying_conflicts(&runner, &inv, opts, retry, plan)
+        })
+        .await?;
         if !out.success() {
             let mut f = failure(&out, "refresh");
             if f.reason == FailureReason::ExpectedNoChanges {
@@ -283,7 +298,10 @@ async fn run_inner(
         options.refresh = false;
     }
     let inv = pulumi::operation(op, stack, &options, &ctx).with_config(&operation_config);
-    let out = run_retrying_conflicts(&runner, &inv, opts, retry, plan).await?;
+    let out = on_stack(&mut assumed, &runner, plan, opts, || {
+        run_retrying_conflicts(&runner, &inv, opts, retry, plan)
+    })
+    .await?;
     if !out.success() {
         return Err(failure(&out, op.as_str()));
     }
@@ -386,6 +404,37 @@ async fn select_stack(runner: &Runner, plan: &RunPlan, opts: &RunOptions) -> Res
         FailureReason::StackNotFound,
         format!("the stack {stack} does not exist and may not be created (useLocalStackOnly)"),
     ))
+}
+
+/// Runs a command on the stack. While the stack is only assumed to exist (not selected, see
+/// [`PrepareFor::Operation`]), a command that finds no such stack (renamed, or removed outside
+/// the operator) has it selected or created as usual and runs once more; the first command
+/// that runs settles the assumption either way.
+async fn on_stack<F, Fut>(
+    assumed: &mut bool,
+    runner: &Runner,
+    plan: &RunPlan,
+    opts: &RunOptions,
+    command: F,
+) -> Result<Outcome, Failure>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<Outcome, Failure>>,
+{
+    let out = command().await?;
+    if !std::mem::replace(assumed, false)
+        || out.success()
+        || classify(out.code, &out.observed, out.interrupted) != FailureReason::StackNotFound
+    {
+        return Ok(out);
+    }
+    log(format!(
+        "no stack {} although an earlier operation of this Stack succeeded (renamed, or removed \
+         outside the operator): selecting it now",
+        plan.stack.name
+    ));
+    select_stack(runner, plan, opts).await?;
+    command().await
 }
 
 /// The wanted environments that are not imported yet, in order, without duplicates.

@@ -120,7 +120,7 @@ async fn prepare(
         opts,
         signals,
         redactor,
-        run::ConfigApplied::All,
+        run::PrepareFor::Workspace,
     )
     .await?;
     let revision = if wp.workspace.revision.is_empty() {

@@ -324,6 +324,49 @@ fn stack_not_found_without_create() {
     assert!(ran.result.message.contains("dev"), "{}", ran.result.message);
 }
 
+/// With `exists` (an earlier operation succeeded) the runner does not select the stack; when
+/// the stack is gone after all, it is created and the operation runs; with `useLocalStackOnly`
+/// it fails as without the hint. Outputs and their secrecy come from the event log.
+#[test]
+fn a_stack_said_to_exist_is_not_selected_and_is_created_when_gone() {
+    let w = World::new();
+    w.fetch_program(RECORD);
+    let mut p = plan(Operation::Up, None);
+    p.stack.exists = true;
+    p.stack.create = false;
+    w.run("run", &p, &[])
+        .assert_failed(FailureReason::StackNotFound);
+
+    p.stack.create = true;
+    let ran = w.run("run", &p, &[]);
+    ran.assert_ok();
+    assert!(
+        ran.stderr
+            .contains("no stack dev although an earlier operation"),
+        "{}",
+        ran.stderr
+    );
+    assert!(
+        ran.stderr.contains("stack select --create --stack dev"),
+        "{}",
+        ran.stderr
+    );
+
+    let ran = w.run("run", &p, &[]);
+    ran.assert_ok();
+    assert!(!ran.stderr.contains("stack select"), "{}", ran.stderr);
+    assert!(!ran.stderr.contains("no stack dev"), "{}", ran.stderr);
+    assert_eq!(
+        ran.result
+            .summary
+            .as_ref()
+            .and_then(|s| s.resource_changes.get("same")),
+        Some(&2),
+        "{:?}",
+        ran.result
+    );
+}
+
 #[test]
 fn destroy_with_remove() {
     let w = World::new();

@@ -19,6 +19,9 @@ use std::collections::BTreeMap;
 /// Annotations through which a Stack passes options PKO's Update spec has no field for.
 pub const RETRY_ON_CONFLICT_ANNOTATION: &str = "pulumi.com/retry-on-update-conflict";
 pub const EXPECT_NO_REFRESH_CHANGES_ANNOTATION: &str = "pulumi.com/expect-no-refresh-changes";
+/// An earlier operation of the Stack succeeded, so its Pulumi stack exists: the runner skips
+/// `stack select` (one CLI process) and creates the stack only if it is gone after all.
+pub const STACK_EXISTS_ANNOTATION: &str = "pulumi.com/stack-exists";
 /// The generation of the Workspace an Update was created against: its Job is built from that
 /// Workspace or a newer one, never from an older cached copy.
 pub const WORKSPACE_GENERATION_ANNOTATION: &str = "pulumi.com/workspace-generation";
@@ -450,6 +453,17 @@ pub fn trigger_of(update: &Update) -> pulumi_operator_api::CurrentStackUpdate {
     }
 }
 
+/// Whether an earlier operation of this Stack succeeded (and so created its Pulumi stack). A
+/// renamed stack or a stack removed by hand makes this wrong; the runner then creates it.
+pub fn stack_exists(stack: &Stack) -> bool {
+    stack
+        .status
+        .as_ref()
+        .and_then(|s| s.last_update.as_ref())
+        .and_then(|u| u.last_successful_commit.as_deref())
+        .is_some_and(|c| !c.is_empty())
+}
+
 /// The Update for a due operation (PKO's `newUp` / `newDestroy`), with `updateTemplate` on top.
 pub fn build_update(stack: &Stack, kind: UpdateType, reason: &str, revision: &str) -> Update {
     let spec = &stack.spec;
@@ -491,6 +505,9 @@ pub fn build_update(stack: &Stack, kind: UpdateType, reason: &str, revision: &st
     ]);
     if spec.retry_on_update_conflict {
         annotations.insert(RETRY_ON_CONFLICT_ANNOTATION.to_string(), "true".to_string());
+    }
+    if stack_exists(stack) {
+        annotations.insert(STACK_EXISTS_ANNOTATION.to_string(), "true".to_string());
     }
     if spec.expect_no_refresh_changes && spec.refresh && !is_destroy {
         annotations.insert(
@@ -712,5 +729,27 @@ mod tests {
         let d = build_update(&s, UpdateType::Destroy, "Stack marked for deletion", "c");
         assert_eq!(d.spec.target, None);
         assert_eq!(d.spec.refresh, None);
+    }
+
+    #[test]
+    fn an_update_says_the_stack_exists_after_a_success() {
+        let mut s = stack(json!({"projectRepo": "r", "commit": "c"}));
+        let exists = |s: &Stack| {
+            build_update(s, UpdateType::Up, "r", "c")
+                .annotations()
+                .get(STACK_EXISTS_ANNOTATION)
+                .cloned()
+        };
+        assert_eq!(exists(&s), None, "a new Stack");
+        s.status =
+            Some(serde_json::from_value(json!({"lastUpdate": {"state": "failed"}})).unwrap());
+        assert_eq!(exists(&s), None, "only failures so far");
+        s.status = Some(
+            serde_json::from_value(
+                json!({"lastUpdate": {"state": "failed", "lastSuccessfulCommit": "c0"}}),
+            )
+            .unwrap(),
+        );
+        assert_eq!(exists(&s).as_deref(), Some("true"));
     }
 }

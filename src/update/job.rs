@@ -5,6 +5,7 @@
 
 use crate::stack::objects::{
     EXPECT_NO_REFRESH_CHANGES_ANNOTATION, PROGRAM_SCHEME, RETRY_ON_CONFLICT_ANNOTATION,
+    STACK_EXISTS_ANNOTATION,
 };
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
@@ -165,6 +166,10 @@ pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, String> {
             .and_then(|s| s.environment.clone())
             .unwrap_or_default(),
         config: ws_stack.and_then(|s| s.config.clone()).unwrap_or_default(),
+        exists: update
+            .annotations()
+            .get(STACK_EXISTS_ANNOTATION)
+            .is_some_and(|v| v == "true"),
     };
     let s = &update.spec;
     let annotation = |k: &str| update.annotations().get(k).is_some_and(|v| v == "true");

@@ -19,7 +19,7 @@ pub fn repo_root() -> PathBuf {
     here.ancestors().nth(2).map(PathBuf::from).unwrap_or(here)
 }
 
-fn kubeconfig() -> String {
+pub fn kubeconfig() -> String {
     match std::env::var("KUBECONFIG") {
         Ok(k) if !k.is_empty() && std::path::Path::new(&k).exists() => k,
         _ => panic!(

@@ -1,0 +1,289 @@
+//! The Helm chart with the real `helm` (built by tests/build-tools.sh) on the local cluster:
+//! `helm lint`, `helm template | kubectl apply --dry-run=server`, and (ignored, run at the end
+//! of tests/run.sh because it stops the kustomize-installed operator while it runs) `helm
+//! install` → the operator Ready → a Stack deploys → `helm upgrade` to changed values → a new
+//! commit deploys → `helm uninstall` leaves nothing running.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+use test_support::{
+    kubectl, kubectl_result, kubectl_stdin, output_value, repo_root, stack_ready, wait_until,
+    StackFixture, OPERATOR_NAMESPACE,
+};
+
+const RELEASE: &str = "helm-po";
+const NAMESPACE: &str = "pulumi-operator-helm";
+/// `<release>-<chart>`, the chart's full name for this release.
+const FULLNAME: &str = "helm-po-pulumi-operator";
+
+fn helm_bin() -> PathBuf {
+    let out = Command::new(repo_root().join("tests/build-tools.sh"))
+        .arg("--print")
+        .output()
+        .expect("run tests/build-tools.sh --print");
+    assert!(
+        out.status.success(),
+        "helm is not built; build the test tools with: tests/build-tools.sh"
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("helm")
+}
+
+fn chart() -> String {
+    repo_root()
+        .join("charts/pulumi-operator")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Runs helm with the test cluster's kubeconfig; returns (success, stdout, stderr).
+fn helm(args: &[&str]) -> (bool, String, String) {
+    let home = std::env::temp_dir().join("helm-test-home");
+    let out = Command::new(helm_bin())
+        .args(args)
+        .env("KUBECONFIG", test_support::kubeconfig())
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .output()
+        .expect("run helm");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn helm_ok(args: &[&str]) -> String {
+    let (ok, out, err) = helm(args);
+    assert!(ok, "helm {} failed:\n{out}\n{err}", args.join(" "));
+    out
+}
+
+#[test]
+fn the_chart_lints_and_renders_what_the_api_server_accepts() {
+    let lint = helm_ok(&["lint", "--strict", &chart()]);
+    assert!(lint.contains("0 chart(s) failed"), "{lint}");
+    // Defaults, and every optional part switched on.
+    for extra in [
+        vec![],
+        vec![
+            "--set",
+            "controller.watchNamespaces={a,b}",
+            "--set",
+            "controller.deniedPodFields={hostNetwork,hostPID}",
+            "--set",
+            "rbac.extraRules[0].apiGroups[0]=example.com",
+            "--set",
+            "rbac.extraRules[0].resources[0]=things",
+            "--set",
+            "rbac.extraRules[0].verbs[0]=get",
+            "--set",
+            "extraEnv[0].name=EXTRA",
+            "--set-string",
+            "extraEnv[0].value=1",
+            "--set",
+            "podLabels.team=infra",
+        ],
+    ] {
+        let chart = chart();
+        let mut args = vec![
+            "template",
+            RELEASE,
+            chart.as_str(),
+            "--namespace",
+            NAMESPACE,
+        ];
+        args.extend(extra.iter().copied());
+        let rendered = helm_ok(&args);
+        assert!(
+            rendered.contains(&format!("name: {FULLNAME}\n")),
+            "{rendered}"
+        );
+        // The release namespace need not exist for a server-side dry run of cluster objects;
+        // namespaced ones are checked in the default namespace's stead.
+        let rendered = rendered.replace(&format!("namespace: {NAMESPACE}"), "namespace: default");
+        let (ok, out, err) = kubectl_stdin(
+            &["apply", "--dry-run=server", "--server-side", "-f", "-"],
+            &rendered,
+        );
+        assert!(
+            ok,
+            "the API server refuses the rendered chart:\n{out}\n{err}"
+        );
+        if extra.is_empty() {
+            continue;
+        }
+        for expected in [
+            "value: \"a,b\"",
+            "value: \"hostNetwork,hostPID\"",
+            "example.com",
+            "name: EXTRA",
+            "team: infra",
+        ] {
+            assert!(rendered.contains(expected), "no {expected} in:\n{rendered}");
+        }
+    }
+}
+
+/// Scales the kustomize-installed operator back up when the test ends, however it ends.
+struct RestoreKustomizeOperator;
+
+impl Drop for RestoreKustomizeOperator {
+    fn drop(&mut self) {
+        let _ = helm(&["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"]);
+        let _ = kubectl_result(&["delete", "namespace", NAMESPACE, "--wait=false"]);
+        let _ = kubectl_result(&[
+            "-n",
+            OPERATOR_NAMESPACE,
+            "scale",
+            "deployment/pulumi-operator",
+            "--replicas=1",
+        ]);
+    }
+}
+
+const PROGRAM: &str = r#"name: helm
+runtime: yaml
+resources:
+  rec:
+    type: standin:index:Record
+    properties:
+      value: VALUE
+outputs:
+  value: ${rec.value}
+"#;
+
+#[tokio::test]
+#[ignore = "stops the kustomize-installed operator while it runs: tests/run.sh runs it last"]
+async fn helm_install_upgrade_and_uninstall() {
+    test_support::install_operator().await;
+    let _restore = RestoreKustomizeOperator;
+    // One operator at a time: the kustomize one stands aside.
+    kubectl(&[
+        "-n",
+        OPERATOR_NAMESPACE,
+        "scale",
+        "deployment/pulumi-operator",
+        "--replicas=0",
+    ]);
+    wait_until(
+        Duration::from_secs(120),
+        "the kustomize-installed operator to stop",
+        || async {
+            kubectl(&[
+                "-n",
+                OPERATOR_NAMESPACE,
+                "get",
+                "pods",
+                "-l",
+                "app.kubernetes.io/name=pulumi-operator",
+                "-o",
+                "name",
+            ])
+            .trim()
+            .is_empty()
+        },
+    )
+    .await;
+
+    let chart = chart();
+    helm_ok(&[
+        "install",
+        RELEASE,
+        &chart,
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    let available = kubectl(&[
+        "-n",
+        NAMESPACE,
+        "get",
+        "deployment",
+        FULLNAME,
+        "-o",
+        "jsonpath={.status.availableReplicas}",
+    ]);
+    assert_eq!(available.trim(), "1", "the operator is not available");
+
+    let f = StackFixture::create("helm", false).await;
+    let sha = f
+        .repo
+        .commit(&[("Pulumi.yaml", &PROGRAM.replace("VALUE", "one"))], "one");
+    f.sn.ns
+        .apply(&f.stack_yaml("app", &format!("commit: {sha}"), ""));
+    let s = f
+        .wait_stack_for(
+            Duration::from_secs(180),
+            "app",
+            "Ready under the Helm-installed operator",
+            stack_ready,
+        )
+        .await;
+    assert_eq!(output_value(&s), "one");
+
+    // Changed values roll the operator, which goes on deploying.
+    helm_ok(&[
+        "upgrade",
+        RELEASE,
+        &chart,
+        "--namespace",
+        NAMESPACE,
+        "--set",
+        "controller.logLevel=debug",
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    let env = kubectl(&[
+        "-n",
+        NAMESPACE,
+        "get",
+        "deployment",
+        FULLNAME,
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].env[?(@.name==\"LOG_LEVEL\")].value}",
+    ]);
+    assert_eq!(env.trim(), "debug");
+    let sha = f
+        .repo
+        .commit(&[("Pulumi.yaml", &PROGRAM.replace("VALUE", "two"))], "two");
+    f.sn.ns
+        .apply(&f.stack_yaml("app", &format!("commit: {sha}"), ""));
+    let s = f
+        .wait_stack_for(
+            Duration::from_secs(180),
+            "app",
+            "Ready with the new commit after the upgrade",
+            |s| stack_ready(s) && output_value(s) == "two",
+        )
+        .await;
+    assert_eq!(output_value(&s), "two");
+
+    helm_ok(&["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"]);
+    wait_until(
+        Duration::from_secs(120),
+        "nothing of the release left running",
+        || async {
+            kubectl(&[
+                "-n",
+                NAMESPACE,
+                "get",
+                "deployments,pods,services",
+                "-o",
+                "name",
+            ])
+            .trim()
+            .is_empty()
+        },
+    )
+    .await;
+    let (found, _, _) = kubectl_result(&["get", "clusterrole", FULLNAME]);
+    assert!(!found, "the ClusterRole outlived the release");
+    // The Stack (and its CRDs, as Helm keeps them) stay: deleting them is the user's choice.
+    drop(f);
+}
