@@ -110,6 +110,17 @@ fn operator_sample(name: &str, ticks: f64) -> Option<ProcSample> {
 }
 
 /// Samples the operator every 200 ms while a phase runs: peak RSS, CPU used.
+/// The test cluster's processes (local processes here), sampled beside the operator during
+/// the burst: what bounds the apply is the machine they share.
+const CLUSTER_PROCESSES: &[&str] = &[
+    "kube-apiserver",
+    "etcd",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "node-agent",
+    "kubectl",
+];
+
 struct Sampler {
     stop: Arc<std::sync::atomic::AtomicBool>,
     task: std::thread::JoinHandle<(Option<ProcSample>, Option<ProcSample>, u64)>,
@@ -493,6 +504,11 @@ async fn benchmark() {
         })
         .collect();
     let burst = Sampler::start(&process);
+    // Who else works during the burst, on the same cores (the test cluster's processes).
+    let others: Vec<(&str, Sampler)> = CLUSTER_PROCESSES
+        .iter()
+        .map(|name| (*name, Sampler::start(name)))
+        .collect();
     let wall_from = jiff::Timestamp::now();
     let start = Instant::now();
     let ns = f.ns().to_string();
@@ -521,6 +537,10 @@ async fn benchmark() {
     let wall_to = jiff::Timestamp::now();
     let all_jobs_in = start.elapsed().as_secs_f64();
     let burst_cost = burst.finish();
+    let cluster_cpu: serde_json::Map<String, Value> = others
+        .into_iter()
+        .map(|(name, sampler)| (name.to_string(), sampler.finish()["cpu_seconds"].clone()))
+        .collect();
     let (burst_requests, burst_by) = audit.requests(f.ns(), wall_from, wall_to);
     let (to_update, to_job, last_stack_to_last_job) = {
         let t = timeline.lock().expect("timeline");
@@ -553,6 +573,7 @@ async fn benchmark() {
         "stack_to_update": percentiles(to_update),
         "stack_to_job": percentiles(to_job.clone()),
         "operator": burst_cost,
+        "cluster_cpu_seconds": cluster_cpu,
         "requests": burst_requests,
         "requests_per_stack": round3(burst_requests as f64 / n.max(1) as f64),
         "requests_by_verb": burst_by,
@@ -851,6 +872,17 @@ fn markdown(r: &Value) -> String {
         format!("| … Stack → Update created | {} |", lat(&b["stack_to_update"])),
         format!("| … Stack → Job created | {} |", lat(&b["stack_to_job"])),
         format!("| … operator during the burst | {} |", cost(&b["operator"])),
+        format!(
+            "| … the rest of the machine during the burst (CPU s) | {} |",
+            b["cluster_cpu_seconds"]
+                .as_object()
+                .map(|m| m
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect::<Vec<_>>()
+                    .join(" · "))
+                .unwrap_or_default()
+        ),
         format!(
             "| … API requests by the operator | {} ({} per Stack) |",
             b["requests"], b["requests_per_stack"]
