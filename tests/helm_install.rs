@@ -154,6 +154,20 @@ outputs:
   value: ${rec.value}
 "#;
 
+/// Commits the program with `value`, points the Stack `app` at it and waits until it is Ready
+/// with that output.
+async fn deploy(f: &StackFixture, value: &str, what: &str) {
+    let sha = f
+        .repo
+        .commit(&[("Pulumi.yaml", &PROGRAM.replace("VALUE", value))], value);
+    f.sn.ns
+        .apply(&f.stack_yaml("app", &format!("commit: {sha}"), ""));
+    f.wait_stack_for(Duration::from_secs(180), "app", what, |s| {
+        stack_ready(s) && output_value(s) == value
+    })
+    .await;
+}
+
 #[tokio::test]
 #[ignore = "stops the kustomize-installed operator while it runs: tests/run.sh runs it last"]
 async fn helm_install_upgrade_and_uninstall() {
@@ -211,20 +225,7 @@ async fn helm_install_upgrade_and_uninstall() {
     assert_eq!(available.trim(), "1", "the operator is not available");
 
     let f = StackFixture::create("helm", false).await;
-    let sha = f
-        .repo
-        .commit(&[("Pulumi.yaml", &PROGRAM.replace("VALUE", "one"))], "one");
-    f.sn.ns
-        .apply(&f.stack_yaml("app", &format!("commit: {sha}"), ""));
-    let s = f
-        .wait_stack_for(
-            Duration::from_secs(180),
-            "app",
-            "Ready under the Helm-installed operator",
-            stack_ready,
-        )
-        .await;
-    assert_eq!(output_value(&s), "one");
+    deploy(&f, "one", "Ready under the Helm-installed operator").await;
 
     // Changed values roll the operator, which goes on deploying.
     helm_ok(&[
@@ -249,20 +250,7 @@ async fn helm_install_upgrade_and_uninstall() {
         "jsonpath={.spec.template.spec.containers[0].env[?(@.name==\"LOG_LEVEL\")].value}",
     ]);
     assert_eq!(env.trim(), "debug");
-    let sha = f
-        .repo
-        .commit(&[("Pulumi.yaml", &PROGRAM.replace("VALUE", "two"))], "two");
-    f.sn.ns
-        .apply(&f.stack_yaml("app", &format!("commit: {sha}"), ""));
-    let s = f
-        .wait_stack_for(
-            Duration::from_secs(180),
-            "app",
-            "Ready with the new commit after the upgrade",
-            |s| stack_ready(s) && output_value(s) == "two",
-        )
-        .await;
-    assert_eq!(output_value(&s), "two");
+    deploy(&f, "two", "Ready with the new commit after the upgrade").await;
 
     helm_ok(&["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"]);
     wait_until(

@@ -390,6 +390,18 @@ async fn select_stack(runner: &Runner, plan: &RunPlan, opts: &RunOptions) -> Res
             plan,
         )
         .await?;
+        // Another process (the retained workspace pod, a concurrent Job) may create the stack
+        // between the CLI's lookup and its create ("already exists", or its creation lock):
+        // when the stack exists now, a plain select takes it; otherwise the first error stands.
+        if !out.success() && !out.interrupted {
+            let again = runner.run(&pulumi::stack_select(stack)).await?;
+            if again.success() {
+                log(format!(
+                    "the stack {stack} was created by another process meanwhile; selected it"
+                ));
+                return Ok(());
+            }
+        }
         return check(&out, "stack select");
     }
     let out = runner.run(&pulumi::stack_select(stack)).await?;

@@ -13,7 +13,7 @@ use pulumi_operator_api::plan::{Operation, RunPlan};
 use pulumi_operator_api::workspace::ConfigItem;
 use serde_json::json;
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// A small program: one resource of the test provider, plain config, one output.
@@ -43,17 +43,7 @@ fn bench_plan() -> RunPlan {
 /// The real CLI with the world's environment, as a user would run it by hand.
 fn bare(w: &World, args: &[&str]) -> Duration {
     let start = Instant::now();
-    let out = Command::new(w.cli[0].join("pulumi"))
-        .args(args)
-        .current_dir(w.workspace())
-        .env("PATH", w.path_env())
-        .env("PULUMI_SKIP_UPDATE_CHECK", "true")
-        .env("PULUMI_HOME", w.path("home/.pulumi"))
-        .env("PULUMI_BACKEND_URL", w.backend_url())
-        .env("PULUMI_CONFIG_PASSPHRASE", PASSPHRASE)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run pulumi");
+    let out = w.pulumi_command(args).output().expect("run pulumi");
     assert!(
         out.status.success(),
         "pulumi {args:?}: {}",

@@ -367,6 +367,39 @@ fn a_stack_said_to_exist_is_not_selected_and_is_created_when_gone() {
     );
 }
 
+/// Runners that create the same stack at the same moment (a retained workspace pod starting
+/// beside the first update Job) all get it: the CLI's "already exists" (or its creation lock)
+/// ends in a plain select.
+#[test]
+fn concurrent_creations_of_one_stack_all_succeed() {
+    let shared = World::new();
+    let worlds: Vec<World> = (0..4)
+        .map(|_| {
+            let w = World::new();
+            w.fetch_program(RECORD);
+            w
+        })
+        .collect();
+    let mut p = plan(Operation::Preview, None);
+    p.options.retry_on_update_conflict = true;
+    let children: Vec<_> = worlds
+        .iter()
+        .map(|w| {
+            w.command("run", &p)
+                .env("PULUMI_BACKEND_URL", shared.backend_url())
+                .env("PULUMI_RUNNER_CONFLICT_RETRY_DELAY_MS", "200")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("start a runner")
+        })
+        .collect();
+    for (w, child) in worlds.iter().zip(children) {
+        let out = child.wait_with_output().expect("wait for a runner");
+        w.ran(out).assert_ok();
+    }
+}
+
 #[test]
 fn destroy_with_remove() {
     let w = World::new();

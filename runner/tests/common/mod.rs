@@ -153,18 +153,23 @@ impl World {
         }
     }
 
-    /// Runs the world's `pulumi` directly in the workspace (to inspect what the runner did).
-    pub fn pulumi(&self, args: &[&str]) -> String {
-        let out = Command::new(self.cli[0].join("pulumi"))
-            .args(args)
+    /// The world's `pulumi` in the workspace, with the world's backend and passphrase.
+    pub fn pulumi_command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(self.cli[0].join("pulumi"));
+        cmd.args(args)
             .current_dir(self.workspace())
             .env("PATH", self.path_env())
             .env("PULUMI_SKIP_UPDATE_CHECK", "true")
             .env("PULUMI_HOME", self.path("home/.pulumi"))
             .env("PULUMI_BACKEND_URL", self.backend_url())
             .env("PULUMI_CONFIG_PASSPHRASE", PASSPHRASE)
-            .output()
-            .expect("run pulumi");
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs the world's `pulumi` directly in the workspace (to inspect what the runner did).
+    pub fn pulumi(&self, args: &[&str]) -> String {
+        let out = self.pulumi_command(args).output().expect("run pulumi");
         assert!(
             out.status.success(),
             "pulumi {args:?} failed: {}",
