@@ -45,6 +45,7 @@ pub struct Metrics {
     pub stacks_active: Gauge,
     pub stacks_failing: Family<StackLabels, Gauge>,
     pub stacks_reconciling: Family<StackLabels, Gauge>,
+    pub stacks_drifted: Family<StackLabels, Gauge>,
     pub programs_active: Gauge,
     pub updates: Family<UpdateLabels, Counter>,
     pub update_duration: HistogramFamily<UpdateLabels>,
@@ -71,6 +72,7 @@ impl Default for Metrics {
             stacks_active: Gauge::default(),
             stacks_failing: Family::default(),
             stacks_reconciling: Family::default(),
+            stacks_drifted: Family::default(),
             programs_active: Gauge::default(),
             updates: Family::default(),
             update_duration: Family::new_with_constructor(update_buckets as fn() -> Histogram),
@@ -96,6 +98,11 @@ impl Default for Metrics {
             "stacks_reconciling",
             "1 while the Stack is reconciling (an update is due or running)",
             m.stacks_reconciling.clone(),
+        );
+        registry.register(
+            "stacks_drifted",
+            "Resources the Stack's last drift check found drifted (spec.driftDetection)",
+            m.stacks_drifted.clone(),
         );
         registry.register(
             "programs_active",
@@ -146,6 +153,7 @@ impl Metrics {
         };
         self.stacks_failing.remove(&labels);
         self.stacks_reconciling.remove(&labels);
+        self.stacks_drifted.remove(&labels);
     }
 
     pub fn encode(&self) -> String {

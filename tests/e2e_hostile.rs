@@ -71,37 +71,10 @@ fn operator_pods() -> String {
 
 /// The operator's reconcile count (all controllers), from its /metrics.
 fn reconciles() -> u64 {
-    use std::io::Write;
-    let ips = kubectl(&[
-        "-n",
-        OPERATOR_NAMESPACE,
-        "get",
-        "pods",
-        "-l",
-        "app.kubernetes.io/name=pulumi-operator",
-        "--field-selector=status.phase=Running",
-        "-o",
-        "jsonpath={.items[*].status.podIP}",
-    ]);
-    let mut total = 0;
-    for ip in ips.split_whitespace() {
-        let Ok(mut s) = std::net::TcpStream::connect((ip, 8080)) else {
-            continue;
-        };
-        let _ = write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nHost: {ip}\r\nConnection: close\r\n\r\n"
-        );
-        let mut text = String::new();
-        let _ = s.read_to_string(&mut text);
-        total += text
-            .lines()
-            .filter(|l| l.starts_with("pulumi_operator_reconciles_total{"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .map(|v| v as u64)
-            .sum::<u64>();
-    }
-    total
+    test_support::metric_total(
+        &test_support::operator_metrics(),
+        "pulumi_operator_reconciles_total",
+    )
 }
 
 /// One hostile object and what must become of it.

@@ -1,7 +1,8 @@
 //! What only the real Pulumi CLI shows, end to end: Stacks whose Pulumi YAML programs deploy
 //! Kubernetes objects into the test cluster with the Stack's own ServiceAccount (the canonical
 //! use of the operator), a PKO documentation example adapted only in its program, drift found by
-//! a refresh, and a provider's multi-line error as a user reads it in `kubectl get stack`.
+//! a refresh and by scheduled drift checks (`spec.driftDetection`, with and without automatic
+//! repair), and a provider's multi-line error as a user reads it in `kubectl get stack`.
 //!
 //! The `pulumi` container runs the real CLI (tests/build-tools.sh) with its YAML language host;
 //! the `kubernetes` provider plugin is the test stand-in of tests/tools (the module proxy does
@@ -269,6 +270,158 @@ async fn refresh_expecting_no_changes_catches_an_object_edited_with_kubectl() {
     ]);
     f.wait_stack_for(T, "app", "Ready again once the edit is undone", stack_ready)
         .await;
+}
+
+fn drift_condition(s: &Stack) -> Option<(String, String, String)> {
+    s.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "DriftDetected")
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+fn greeting(f: &StackFixture) -> String {
+    kubectl(&[
+        "-n",
+        f.ns(),
+        "get",
+        "configmap",
+        "drift-target",
+        "-o",
+        "jsonpath={.data.greeting}",
+    ])
+}
+
+fn edit_greeting(f: &StackFixture) {
+    kubectl(&[
+        "-n",
+        f.ns(),
+        "patch",
+        "configmap",
+        "drift-target",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"greeting":"changed behind Pulumi's back"}}"#,
+    ]);
+}
+
+/// `spec.driftDetection` with a check every minute: an object edited with kubectl is found by
+/// the next check (`DriftDetected=True` naming it, an Event, the diff in the check Job's log)
+/// while the Stack stays Ready, its `lastUpdate` untouched and the edit left in place.
+#[tokio::test]
+async fn a_scheduled_drift_check_reports_an_object_edited_with_kubectl() {
+    let f = StackFixture::new("driftcheck").await;
+    grant_config_maps(&f);
+    let sha = f.repo.commit(&[("Pulumi.yaml", DRIFT_PROGRAM)], "v1");
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        "  driftDetection:\n    schedules: [\"* * * * *\"]\n",
+    ));
+    let first = f
+        .wait_stack_for(T, "app", "the first update Ready", stack_ready)
+        .await;
+    let deployed = last_update(&first).name.unwrap_or_default();
+    assert_eq!(greeting(&f), "hello");
+    edit_greeting(&f);
+    let found = f
+        .wait_stack_for(T, "app", "DriftDetected=True", |s| {
+            drift_condition(s).is_some_and(|(status, _, _)| status == "True")
+        })
+        .await;
+    let (_, reason, message) = drift_condition(&found).unwrap();
+    assert_eq!(reason, "DriftDetected");
+    assert!(message.contains("ConfigMap::settings"), "{message}");
+    let drift = found.status.as_ref().unwrap().drift.clone().unwrap();
+    assert_eq!(drift.drifted, Some(1), "{drift:?}");
+    assert!(
+        drift.resources[0].urn.ends_with("ConfigMap::settings"),
+        "{drift:?}"
+    );
+    assert!(
+        stack_ready(&found),
+        "a drift check leaves Ready alone: {:?}",
+        found.status
+    );
+    assert_eq!(
+        last_update(&found).name.as_deref(),
+        Some(deployed.as_str()),
+        "a drift check is not the Stack's last update"
+    );
+    assert_eq!(
+        greeting(&f),
+        "changed behind Pulumi's back",
+        "nothing is applied without autoRemediate"
+    );
+    let check = drift.last_check.unwrap_or_default();
+    let logs = kubectl(&["-n", f.ns(), "logs", &format!("job/{check}")]);
+    assert!(logs.contains("changed behind Pulumi's back"), "{logs}");
+    let events = kubectl(&[
+        "-n",
+        f.ns(),
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.kind=Stack,reason=DriftDetected",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(events.contains("ConfigMap::settings"), "{events}");
+    let metrics = test_support::operator_metrics();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("stacks_drifted{") && l.contains(f.ns()) && l.ends_with(" 1")),
+        "{metrics}"
+    );
+}
+
+/// `autoRemediate: true`: the check that finds the edit is followed by an `up` that puts the
+/// object back, and the condition then says the drift was remediated.
+#[tokio::test]
+async fn auto_remediation_puts_a_drifted_object_back() {
+    let f = StackFixture::new("driftheal").await;
+    grant_config_maps(&f);
+    let sha = f.repo.commit(&[("Pulumi.yaml", DRIFT_PROGRAM)], "v1");
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        "  driftDetection:\n    schedules: [\"* * * * *\"]\n    timeZone: Europe/Paris\n    autoRemediate: true\n",
+    ));
+    let first = f
+        .wait_stack_for(T, "app", "the first update Ready", stack_ready)
+        .await;
+    let deployed = last_update(&first).name.unwrap_or_default();
+    edit_greeting(&f);
+    let healed = f
+        .wait_stack_for(T, "app", "the drift remediated", |s| {
+            drift_condition(s)
+                .is_some_and(|(status, reason, _)| status == "False" && reason == "Remediated")
+                && stack_ready(s)
+        })
+        .await;
+    assert_eq!(greeting(&f), "hello");
+    let repair = last_update(&healed);
+    assert_ne!(repair.name.as_deref(), Some(deployed.as_str()));
+    assert_eq!(
+        repair.update_type,
+        Some(pulumi_operator_api::UpdateType::Up)
+    );
+    let message = kubectl(&[
+        "-n",
+        f.ns(),
+        "get",
+        "update",
+        repair.name.as_deref().unwrap_or_default(),
+        "-o",
+        "jsonpath={.spec.message}",
+    ]);
+    assert!(
+        message.starts_with("Drift detected: 1 resource"),
+        "{message}"
+    );
 }
 
 /// A provider error that spans several lines (the apiserver rejects an object for two reasons)

@@ -14,7 +14,6 @@
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use pulumi_operator_api::Stack;
-use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use test_support::{
@@ -580,42 +579,13 @@ async fn github_app_installation_token() {
 
 /// The operator pods' `pulumi_operator_git_ls_remote_total`, summed over results, by pod.
 fn ls_remote_counts() -> Vec<(String, u64)> {
-    let pods = kubectl(&[
-        "-n",
-        OPERATOR_NAMESPACE,
-        "get",
-        "pods",
-        "-l",
-        "app.kubernetes.io/name=pulumi-operator",
-        "--field-selector=status.phase=Running",
-        "-o",
-        "jsonpath={range .items[*]}{.metadata.uid} {.status.podIP}{\"\\n\"}{end}",
-    ]);
-    let mut out = Vec::new();
-    for line in pods.lines() {
-        let mut parts = line.split_whitespace();
-        let (Some(uid), Some(ip)) = (parts.next(), parts.next()) else {
-            continue;
-        };
-        let Ok(mut s) = std::net::TcpStream::connect((ip, 8080)) else {
-            continue;
-        };
-        let _ = write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nHost: {ip}\r\nConnection: close\r\n\r\n"
-        );
-        let mut text = String::new();
-        let _ = s.read_to_string(&mut text);
-        let total: u64 = text
-            .lines()
-            .filter(|l| l.starts_with("pulumi_operator_git_ls_remote_total{"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .map(|v| v as u64)
-            .sum();
-        out.push((uid.to_string(), total));
-    }
-    out.sort();
-    out
+    test_support::operator_metrics_by_pod()
+        .into_iter()
+        .map(|(uid, text)| {
+            let total = test_support::metric_total(&text, "pulumi_operator_git_ls_remote_total");
+            (uid, total)
+        })
+        .collect()
 }
 
 #[tokio::test]

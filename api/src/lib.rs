@@ -21,11 +21,11 @@ pub use program::{
     ProgramSpec, ProgramStatus, Resource, ResourceOptions,
 };
 pub use stack::{
-    BasicAuth, ConfigMapRef, CurrentStackUpdate, EnvSelector, FluxSource, FluxSourceReference,
-    FsSelector, GitAuthConfig, GitHubAppAuth, GitSource, LiteralRef, PrerequisiteRef,
-    ProgramReference, RequirementSpec, ResourceRef, ResourceSelectorType, SecretSelector, SshAuth,
-    Stack, StackSpec, StackStatus, StackUpdateState, StackUpdateStateMessage, UpdateTemplate,
-    WorkspaceReclaimPolicy, WorkspaceTemplate,
+    BasicAuth, ConfigMapRef, CurrentStackUpdate, DriftDetection, DriftStatus, EnvSelector,
+    FluxSource, FluxSourceReference, FsSelector, GitAuthConfig, GitHubAppAuth, GitSource,
+    LiteralRef, PrerequisiteRef, ProgramReference, RequirementSpec, ResourceChange, ResourceRef,
+    ResourceSelectorType, SecretSelector, SshAuth, Stack, StackSpec, StackStatus, StackUpdateState,
+    StackUpdateStateMessage, UpdateTemplate, WorkspaceReclaimPolicy, WorkspaceTemplate,
 };
 pub use update::{Update, UpdateSpec, UpdateStatus, UpdateType};
 pub use validation::{

@@ -9,6 +9,7 @@
 //! (`spec.secrets`, `secretsRef` literals) are in the plan, which is itself a Secret.
 
 use crate::common::ProjectInfo;
+use crate::stack::ResourceChange;
 use crate::workspace::ConfigItem;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -357,7 +358,16 @@ pub struct RunResult {
     /// (pid N) at time`, as Pulumi reported them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stale_locks_cleared: Vec<String>,
+    /// A preview's count of the resources an `up` would change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed: Option<i64>,
+    /// A preview's changes, at most [`MAX_REPORTED_CHANGES`] of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<ResourceChange>,
 }
+
+/// The most resource changes a result (and a status) lists.
+pub const MAX_REPORTED_CHANGES: usize = 20;
 
 impl RunResult {
     pub fn failed(reason: FailureReason, message: impl Into<String>) -> RunResult {
@@ -371,6 +381,8 @@ impl RunResult {
             outputs: None,
             outputs_digest: None,
             stale_locks_cleared: Vec::new(),
+            changed: None,
+            changes: Vec::new(),
         }
     }
 
@@ -398,8 +410,9 @@ impl RunResult {
                 || result.project.take().is_some()
             {
                 // Dropped the least useful details first.
-            } else if result.stale_locks_cleared.pop().is_some() {
-                // Each lock line is short; at most a few are ever cleared.
+            } else if result.stale_locks_cleared.pop().is_some() || result.changes.pop().is_some() {
+                // Each lock line is short; at most a few are ever cleared. The count of
+                // changes stays when the list does not fit.
             } else if !result.message.is_empty() {
                 result.message.clear();
             } else if result.outputs.take().is_none() {

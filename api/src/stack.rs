@@ -266,6 +266,33 @@ pub struct StackSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub pulumi_log_level: Option<u32>,
+
+    /// Extension (not in PKO): scheduled drift detection. At each time one of `schedules`
+    /// names, once the stack is up to date, the operator runs a drift check: a Job running
+    /// `pulumi preview --refresh`, which changes nothing. Resources that the check finds
+    /// different from the program are listed in `status.drift` and the `DriftDetected`
+    /// condition turns `True` (with an Event `DriftDetected`); with `autoRemediate` an `up`
+    /// then puts them back. A check never overlaps another operation of the stack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift_detection: Option<DriftDetection>,
+}
+
+/// When to look for drift, and what to do about it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftDetection {
+    /// Cron expressions of the checks: five fields (`minute hour day-of-month month
+    /// day-of-week`, e.g. `"*/30 * * * *"` every 30 minutes, `"0 6 * * 1-5"` at 06:00 on
+    /// weekdays) or six with leading seconds. A check missed while the operator was down, or
+    /// while another operation ran, runs once as soon as it can.
+    pub schedules: Vec<String>,
+    /// The IANA time zone the schedules are read in (e.g. `Europe/Paris`). Unset: `UTC`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    /// Run an `up` when a check finds drift, so that the deployed resources match the program
+    /// again. Not for `preview: true` stacks (they never change anything).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub auto_remediate: bool,
 }
 
 impl StackSpec {
@@ -705,6 +732,44 @@ pub struct StackStatus {
     /// `destroyOnFinalize` stack be destroyed even after its source is gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project_info: Option<ProjectInfo>,
+
+    /// Extension (not in PKO): the last drift check (`spec.driftDetection`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<DriftStatus>,
+}
+
+/// What the last drift check found.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftStatus {
+    /// When the last check ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_check_time: Option<Time>,
+    /// The Update that ran the last check (`kubectl logs job/<name>` shows its diff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_check: Option<String>,
+    /// The source revision the last check compared against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// The number of drifted resources the last check found (0: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drifted: Option<i64>,
+    /// The drifted resources (at most 20) and what an `up` would do to each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<ResourceChange>,
+    /// When the next check is due.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_check_time: Option<Time>,
+}
+
+/// A resource an operation would change, and how.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceChange {
+    /// The resource's URN.
+    pub urn: String,
+    /// `create`, `update`, `replace` or `delete`.
+    pub operation: String,
 }
 
 string_enum! {

@@ -6,6 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::common::{duration_string, string_enum, ProjectInfo};
+use crate::stack::ResourceChange;
 
 /// One Pulumi operation (`up`, `preview`, `refresh` or `destroy`) on a stack of a Workspace.
 /// The operator runs it as a Kubernetes Job with the same name; see its output with
@@ -147,4 +148,11 @@ pub struct UpdateStatus {
     /// Name and runtime of the Pulumi project that ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project_info: Option<ProjectInfo>,
+    /// Extension (not in PKO), for a preview: how many resources an `up` would change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed: Option<i64>,
+    /// Extension (not in PKO), for a preview: the resources an `up` would change (at most 20)
+    /// and how.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<ResourceChange>,
 }

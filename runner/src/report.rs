@@ -71,6 +71,8 @@ pub fn succeeded(message: impl Into<String>) -> RunResult {
         outputs: None,
         outputs_digest: None,
         stale_locks_cleared: Vec::new(),
+        changed: None,
+        changes: Vec::new(),
     }
 }
 

@@ -13,7 +13,7 @@ use crate::redact::Redactor;
 use crate::report::{log, succeeded};
 use crate::signals::Signals;
 use pulumi_operator_api::plan::{FailureReason, Operation, RunPlan, RunResult, Summary};
-use pulumi_operator_api::ProjectInfo;
+use pulumi_operator_api::{ProjectInfo, ResourceChange};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -315,6 +315,18 @@ async fn run_inner(
         None if op != Operation::Preview => history_summary(&runner, stack).await,
         None => None,
     };
+    if op == Operation::Preview {
+        // What an `up` would change: a drift check's finding (src/stack/drift.rs).
+        if let Ok(text) = std::fs::read_to_string(&event_log) {
+            let changes = planned_changes(&text);
+            log(format!("{} resource(s) would change", changes.len()));
+            result.changed = Some(changes.len() as i64);
+            result.changes = changes
+                .into_iter()
+                .take(pulumi_operator_api::plan::MAX_REPORTED_CHANGES)
+                .collect();
+        }
+    }
     let remove = op == Operation::Destroy && options.remove;
     if op != Operation::Preview && !remove {
         // An update's event log holds the outputs (secret ones masked): the CLI is asked
@@ -656,6 +668,45 @@ pub fn summary_from_event_log(path: &Path) -> Option<Summary> {
     })
 }
 
+/// The resources a preview's event log says an `up` would change, one entry per resource (a
+/// replacement's three steps are one `replace`), in the order of the log. Refresh steps, reads
+/// and unchanged resources are not changes.
+pub fn planned_changes(event_log: &str) -> Vec<ResourceChange> {
+    let mut out: Vec<ResourceChange> = Vec::new();
+    for line in event_log.lines() {
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let Some(meta) = event.pointer("/resourcePreEvent/metadata") else {
+            continue;
+        };
+        let (Some(op), Some(urn)) = (
+            meta.get("op").and_then(serde_json::Value::as_str),
+            meta.get("urn").and_then(serde_json::Value::as_str),
+        ) else {
+            continue;
+        };
+        let operation = match op {
+            "create" | "update" | "delete" | "replace" => op,
+            "create-replacement" | "delete-replaced" | "discard-replaced" => "replace",
+            _ => continue,
+        };
+        match out.iter_mut().find(|c| c.urn == urn) {
+            // A replacement is announced by several steps: it stays one `replace`.
+            Some(seen) => {
+                if operation == "replace" {
+                    seen.operation = "replace".into();
+                }
+            }
+            None => out.push(ResourceChange {
+                urn: urn.to_string(),
+                operation: operation.to_string(),
+            }),
+        }
+    }
+    out
+}
+
 fn changes(v: Option<&serde_json::Value>) -> BTreeMap<String, i64> {
     v.and_then(serde_json::Value::as_object)
         .map(|m| {
@@ -669,6 +720,45 @@ fn changes(v: Option<&serde_json::Value>) -> BTreeMap<String, i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn planned_changes_are_one_per_resource_without_refresh_steps() {
+        // The real CLI's event log of `preview --refresh` after a ConfigMap was edited by hand.
+        let pre = |op: &str, urn: &str| {
+            format!(
+                r#"{{"sequence":1,"resourcePreEvent":{{"metadata":{{"op":"{op}","urn":"{urn}","type":"t"}}}}}}"#
+            )
+        };
+        let cm = "urn:pulumi:dev::drift::kubernetes:core/v1:ConfigMap::cm";
+        let stack = "urn:pulumi:dev::drift::pulumi:pulumi:Stack::drift-dev";
+        let log = [
+            pre("refresh", stack),
+            pre("refresh", cm),
+            pre("same", stack),
+            pre("delete-replaced", cm),
+            pre("replace", cm),
+            pre("create-replacement", cm),
+            pre("update", "urn:b"),
+            pre("read", "urn:c"),
+            pre("create", "urn:d"),
+            "not json".into(),
+            r#"{"summaryEvent":{"resourceChanges":{"replace":1}}}"#.into(),
+        ]
+        .join("\n");
+        let got: Vec<(String, String)> = planned_changes(&log)
+            .into_iter()
+            .map(|c| (c.urn, c.operation))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (cm.to_string(), "replace".to_string()),
+                ("urn:b".to_string(), "update".to_string()),
+                ("urn:d".to_string(), "create".to_string()),
+            ]
+        );
+        assert!(planned_changes(&pre("same", stack)).is_empty());
+    }
 
     #[test]
     fn environments_are_added_once() {

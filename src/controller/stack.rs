@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::metrics::{StackLabels, UpdateLabels};
 use crate::source::{self, ResolveError, Resolved};
 use crate::stack::decide::{decide, Decision, Limits, Observed};
+use crate::stack::drift::{self, Finding};
 use crate::stack::inflight::{in_flight, owned_by, releasable, InFlight};
 use crate::stack::objects::{build_update, build_workspace, trigger_of, ResolvedSource};
 use crate::stack::prereq;
@@ -75,6 +76,19 @@ struct Pass<'a> {
     /// An Update absorbed by this pass: it is announced and released only once a status
     /// holding its result is written (one write then carries the result and what follows).
     absorbed: Option<Arc<Update>>,
+    /// What the absorbed Update found, when it was a drift check.
+    drift_finding: Option<Finding>,
+}
+
+/// What drift detection asks of a synced Stack.
+enum DriftStep {
+    Nothing,
+    /// An `up` that repairs drift a check found.
+    Remediate(String),
+    /// A drift check for this scheduled time.
+    Check(jiff::Timestamp),
+    /// The next check is this far away.
+    Wait(Duration),
 }
 
 /// [`reconcile`], with a panic (a bug reached through this Stack's content) turned into a
@@ -153,11 +167,29 @@ pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
     let revision = source.revision().to_string();
     let decision = pass.decide(&revision);
     let action = match decision {
-        Decision::Synced { requeue } => match pass.synced(requeue).await? {
-            Some(action) => action,
-            None => return Ok(Action::await_change()),
+        Decision::Synced { requeue } => match pass.drift_step() {
+            DriftStep::Remediate(reason) => {
+                pass.run(UpdateType::Up, reason, &source, &revision, None)
+                    .await?
+            }
+            DriftStep::Check(slot) => {
+                let reason = drift::CHECK_MESSAGE.to_string();
+                pass.run(UpdateType::Preview, reason, &source, &revision, Some(slot))
+                    .await?
+            }
+            step => {
+                let requeue = match (step, requeue) {
+                    (DriftStep::Wait(w), Some(r)) => Some(w.min(r)),
+                    (DriftStep::Wait(w), None) => Some(w),
+                    (_, r) => r,
+                };
+                match pass.synced(requeue).await? {
+                    Some(action) => action,
+                    None => return Ok(Action::await_change()),
+                }
+            }
         },
-        Decision::Run { kind, reason } => pass.run(kind, reason, &source, &revision).await?,
+        Decision::Run { kind, reason } => pass.run(kind, reason, &source, &revision, None).await?,
     };
     pass.finish(action).await
 }
@@ -192,6 +224,7 @@ impl<'a> Pass<'a> {
             status,
             resource_version: stack.resource_version(),
             absorbed: None,
+            drift_finding: None,
         })
     }
 
@@ -202,7 +235,11 @@ impl<'a> Pass<'a> {
     async fn validate(&mut self) -> Result<Option<Action>> {
         let errors = validate_stack(self.stack);
         let refused = crate::source::auth::github_api_policy(self.stack, &self.ctx.policy);
-        if errors.is_empty() && refused.is_ok() {
+        let schedules = match &self.stack.spec.drift_detection {
+            Some(d) => drift::parse(d).map(|_| ()),
+            None => Ok(()),
+        };
+        if errors.is_empty() && refused.is_ok() && schedules.is_ok() {
             return Ok(None);
         }
         if let Err(why) = refused {
@@ -212,6 +249,12 @@ impl<'a> Pass<'a> {
             return Ok(Some(Action::await_change()));
         }
         let mut message = join_errors(&errors);
+        if let Err(why) = schedules {
+            if !message.is_empty() {
+                message.push_str("; ");
+            }
+            message.push_str(&why);
+        }
         if self.deleting {
             message.push_str(&format!(
                 "; the stack cannot be destroyed with this spec: fix it, or remove the finalizer with \
@@ -313,6 +356,14 @@ impl<'a> Pass<'a> {
                         self.status.current_update = Some(trigger_of(u));
                     }
                 }
+                let checking = owned
+                    .iter()
+                    .find(|u| u.name_any() == name)
+                    .is_some_and(|u| drift::is_check(u));
+                if checking {
+                    // A drift check changes nothing: the Stack stays as Ready as it was.
+                    return Ok(Some(Action::await_change()));
+                }
                 mark_reconciling(
                     &mut self.status,
                     names::REASON_STACK_PROCESSING,
@@ -351,6 +402,12 @@ impl<'a> Pass<'a> {
     /// Folds a finished Update into the status; the status is written by the end of this pass,
     /// together with what the pass decides next, and then the Update is released.
     async fn absorb(&mut self, update: &Update) -> Result<()> {
+        if drift::is_check(update) {
+            let finding = drift::absorb_check(&mut self.status, update, self.generation, &self.now);
+            self.drift_finding = Some(finding);
+            self.absorbed = Some(Arc::new(update.clone()));
+            return Ok(());
+        }
         let failed = status::update_failed(update);
         let outputs = if failed {
             None
@@ -358,6 +415,14 @@ impl<'a> Pass<'a> {
             read_outputs(self.ctx, &self.ns, update).await?
         };
         absorb(&mut self.status, update, outputs, &self.now);
+        if !failed && update.spec.update_type == Some(UpdateType::Up) {
+            drift::mark_remediated(
+                &mut self.status,
+                &update.name_any(),
+                self.generation,
+                &self.now,
+            );
+        }
         self.absorbed = Some(Arc::new(update.clone()));
         Ok(())
     }
@@ -369,6 +434,12 @@ impl<'a> Pass<'a> {
             return;
         };
         let update = update.as_ref();
+        if let Some(finding) = self.drift_finding.take() {
+            self.announce_drift(finding).await;
+            prune_history(self.ctx, self.stack, &self.ns, &self.status).await;
+            release_update(self.ctx, &self.ns, &update.name_any(), Some(update)).await;
+            return;
+        }
         let failed = status::update_failed(update);
         record_finished_update(self.ctx, update);
         if failed {
@@ -394,6 +465,78 @@ impl<'a> Pass<'a> {
         info!(update = %update.name_any(), failed, "update finished");
         prune_history(self.ctx, self.stack, &self.ns, &self.status).await;
         release_update(self.ctx, &self.ns, &update.name_any(), Some(update)).await;
+    }
+
+    /// The Event and log line of a finished drift check (a clean check only when it ends a
+    /// drift: a check every minute must not flood the Stack's Events).
+    async fn announce_drift(&self, finding: Finding) {
+        match finding {
+            Finding::Drifted { count, message } => {
+                warn!(drifted = count, "drift detected");
+                let remediate = drift::remediation_due(&self.stack.spec, &self.status).is_some();
+                let note = if remediate {
+                    format!("{message}; autoRemediate: an update follows")
+                } else {
+                    message
+                };
+                self.publish(EventType::Warning, drift::REASON_DRIFT_DETECTED, note)
+                    .await;
+            }
+            Finding::Clean { resolved } => {
+                info!("no drift");
+                if resolved {
+                    self.publish(
+                        EventType::Normal,
+                        drift::EVENT_DRIFT_RESOLVED,
+                        "the last drift check found no drift".into(),
+                    )
+                    .await;
+                }
+            }
+            Finding::Failed { message } => {
+                warn!(%message, "drift check failed");
+                self.publish(EventType::Warning, drift::REASON_CHECK_FAILED, message)
+                    .await;
+            }
+        }
+    }
+
+    /// What drift detection asks of a Stack that is otherwise synced: an `up` that repairs
+    /// found drift, a check now, or a look again at the next scheduled check.
+    fn drift_step(&mut self) -> DriftStep {
+        let spec = &self.stack.spec;
+        let Some(schedules) = spec
+            .drift_detection
+            .as_ref()
+            .and_then(|d| drift::parse(d).ok())
+        else {
+            if spec.drift_detection.is_none() {
+                // Detection turned off: what it last said no longer holds.
+                drift::forget(&mut self.status);
+            }
+            return DriftStep::Nothing;
+        };
+        if self.deleting {
+            return DriftStep::Nothing;
+        }
+        if let Some(reason) = drift::remediation_due(spec, &self.status) {
+            return DriftStep::Remediate(reason);
+        }
+        match drift::check_due(&self.status, &schedules, self.now.0) {
+            drift::Due::Never => DriftStep::Nothing,
+            drift::Due::Now { slot } => DriftStep::Check(slot),
+            drift::Due::At(next) => {
+                self.status
+                    .drift
+                    .get_or_insert_with(Default::default)
+                    .next_check_time = Some(Time(next));
+                let wait = next
+                    .duration_since(self.now.0)
+                    .try_into()
+                    .unwrap_or(Duration::from_secs(1));
+                DriftStep::Wait(wait)
+            }
+        }
     }
 
     // ---- phase 4: source -------------------------------------------------------------
@@ -517,15 +660,18 @@ impl<'a> Pass<'a> {
     }
 
     /// An operation is due: check prerequisites, claim it, start it.
+    /// `drift_check`: the scheduled time of the drift check to run instead of an operation.
     async fn run(
         &mut self,
         kind: UpdateType,
         reason: String,
         source: &ResolvedSource,
         revision: &str,
+        drift_check: Option<jiff::Timestamp>,
     ) -> Result<Action> {
-        // Prerequisites are checked only when an operation is due, and not for a destroy.
-        if !self.deleting {
+        // Prerequisites are checked only when an operation is due, and not for a destroy (nor
+        // for a drift check, which changes nothing).
+        if !self.deleting && drift_check.is_none() {
             let problems = prerequisites_ready(self.ctx, self.stack, &self.ns, &self.now).await?;
             if !problems.is_empty() {
                 let message = prereq::message(&problems);
@@ -564,7 +710,10 @@ impl<'a> Pass<'a> {
         // Names derive from the status as this reconcile sees it (after absorbing).
         let mut view = self.stack.clone();
         view.status = Some(self.status.clone());
-        let update = build_update(&view, kind, &reason, revision);
+        let update = match drift_check {
+            Some(slot) => drift::build_check(&view, revision, slot),
+            None => build_update(&view, kind, &reason, revision),
+        };
         let update_name = update.name_any();
         self.status.current_update = Some(CurrentStackUpdate {
             name: Some(update_name.clone()),
@@ -572,13 +721,15 @@ impl<'a> Pass<'a> {
             reconcile_request: Some(self.request.clone()),
             commit: Some(revision.to_string()),
         });
-        mark_reconciling(
-            &mut self.status,
-            names::REASON_STACK_PROCESSING,
-            names::MESSAGE_STACK_BEING_PROCESSED,
-            self.generation,
-            &self.now,
-        );
+        if drift_check.is_none() {
+            mark_reconciling(
+                &mut self.status,
+                names::REASON_STACK_PROCESSING,
+                names::MESSAGE_STACK_BEING_PROCESSED,
+                self.generation,
+                &self.now,
+            );
+        }
         // The claim: written only if the Stack is still the one this decision was made on.
         if !self.save_guarded().await? {
             info!(update = %update_name, "the stack changed since it was read; deciding again");
@@ -592,12 +743,16 @@ impl<'a> Pass<'a> {
             // Transient: the next reconcile finds the claim without its Update and decides again.
             Err(e) => return Err(e),
         }
-        self.publish(
-            EventType::Normal,
-            names::EVENT_STACK_UPDATE_DETECTED,
-            reason,
-        )
-        .await;
+        if drift_check.is_some() {
+            info!(update = %update_name, "drift check started");
+        } else {
+            self.publish(
+                EventType::Normal,
+                names::EVENT_STACK_UPDATE_DETECTED,
+                reason,
+            )
+            .await;
+        }
         Ok(Action::await_change())
     }
 
@@ -935,6 +1090,17 @@ fn update_metrics(ctx: &Context, stack: &Stack, status: &StackStatus) {
         .stacks_reconciling
         .get_or_create(&labels)
         .set(reconciling as i64);
+    if stack.spec.drift_detection.is_some() || status.drift.is_some() {
+        let drifted = if drift::drifted(status) {
+            status.drift.as_ref().and_then(|d| d.drifted).unwrap_or(1)
+        } else {
+            0
+        };
+        ctx.metrics
+            .stacks_drifted
+            .get_or_create(&labels)
+            .set(drifted);
+    }
 }
 
 /// The outputs of a successful Update. Only the Secret `<update>-stack-outputs` owned by this

@@ -1,5 +1,6 @@
 //! Pure parts of the Stack controller: the sync decision, the objects it creates, and status.
 pub mod decide;
+pub mod drift;
 pub mod inflight;
 pub mod objects;
 pub mod prereq;

@@ -421,25 +421,30 @@ pub fn update_name(stack: &Stack, kind: &UpdateType, revision: &str) -> String {
         .get(names::RECONCILIATION_REQUEST_ANNOTATION)
         .cloned()
         .unwrap_or_default();
-    let mut h = Sha256::new();
-    for part in [
+    let hex = short_hash(&[
         stack.uid().unwrap_or_default().as_str(),
         &stack.metadata.generation.unwrap_or(0).to_string(),
         &request,
         revision,
         kind.as_str(),
         &last,
-    ] {
+    ]);
+    format!("{}-{hex}", stack.name_any())
+}
+
+/// Ten hex digits of the SHA-256 of `parts` (each ended by a NUL, so that parts cannot run
+/// into each other).
+pub fn short_hash(parts: &[&str]) -> String {
+    let mut h = Sha256::new();
+    for part in parts {
         h.update(part.as_bytes());
         h.update([0u8]);
     }
-    let hex: String = h
-        .finalize()
+    h.finalize()
         .iter()
         .take(5)
         .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("{}-{hex}", stack.name_any())
+        .collect()
 }
 
 /// The trigger recorded on an Update by `build_update`, as `status.currentUpdate`.

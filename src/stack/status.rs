@@ -60,6 +60,21 @@ fn set(conditions: &mut Vec<Condition>, wanted: Vec<Condition>, drop: &[&str]) {
     *conditions = out;
 }
 
+/// Sets one condition (`status` is `True`, `False` or `Unknown`), leaving the others.
+pub fn set_condition(
+    status: &mut StackStatus,
+    type_: &str,
+    state: &str,
+    reason: &str,
+    message: &str,
+    generation: i64,
+    now: &Time,
+) {
+    let mut c = condition(type_, true, reason, message, generation, now);
+    c.status = state.into();
+    set(status.conditions.get_or_insert_with(Vec::new), vec![c], &[]);
+}
+
 /// `Ready=True` ProcessingCompleted; Reconciling and Stalled removed.
 pub fn mark_ready(status: &mut StackStatus, generation: i64, now: &Time) {
     let c = status.conditions.get_or_insert_with(Vec::new);

@@ -5,8 +5,8 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use pulumi_operator_api::names;
-use pulumi_operator_api::plan::{Outcome, RunResult};
-use pulumi_operator_api::{Update, UpdateStatus};
+use pulumi_operator_api::plan::{Outcome, RunResult, MAX_REPORTED_CHANGES};
+use pulumi_operator_api::{ResourceChange, Update, UpdateStatus};
 
 /// How long a pod may wait on an image or configuration error before the Update fails.
 pub const STUCK_AFTER_SECONDS: i64 = 120;
@@ -436,6 +436,30 @@ fn cond(
     }
 }
 
+/// A preview's changes as the pod reported them, kept only in a shape the Stack can show: at
+/// most [`MAX_REPORTED_CHANGES`], each a known operation on a URN of bounded length (the pod
+/// is trusted with nothing beyond its own Update).
+fn reported_changes(result: &RunResult) -> (Option<i64>, Vec<ResourceChange>) {
+    const MAX_URN_BYTES: usize = 512;
+    let changes: Vec<ResourceChange> = result
+        .changes
+        .iter()
+        .filter(|c| {
+            matches!(
+                c.operation.as_str(),
+                "create" | "update" | "replace" | "delete"
+            )
+        })
+        .filter(|c| !c.urn.is_empty() && c.urn.len() <= MAX_URN_BYTES)
+        .take(MAX_REPORTED_CHANGES)
+        .cloned()
+        .collect();
+    let changed = result
+        .changed
+        .map(|n| n.max(changes.len() as i64).min(i64::from(u32::MAX)));
+    (changed, changes)
+}
+
 /// The Update's status for a progress, keeping transition times of unchanged conditions.
 pub fn status_for(
     update: &Update,
@@ -482,6 +506,7 @@ pub fn status_for(
             st.permalink = result.permalink.clone();
             st.outputs = result.outputs.clone();
             st.project_info = result.project.clone();
+            (st.changed, st.changes) = reported_changes(result);
             st.message = Some(if result.message.is_empty() {
                 "succeeded".into()
             } else {

@@ -216,6 +216,60 @@ static INSTALL: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
 /// The operator's namespace in the kustomize install.
 pub const OPERATOR_NAMESPACE: &str = "pulumi-operator";
 
+/// The `/metrics` text of each running operator pod, with the pod's UID, sorted by UID.
+pub fn operator_metrics_by_pod() -> Vec<(String, String)> {
+    use std::io::{Read, Write};
+    let pods = kubectl(&[
+        "-n",
+        OPERATOR_NAMESPACE,
+        "get",
+        "pods",
+        "-l",
+        "app.kubernetes.io/name=pulumi-operator",
+        "--field-selector=status.phase=Running",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.uid} {.status.podIP}{\"\\n\"}{end}",
+    ]);
+    let mut out = Vec::new();
+    for line in pods.lines() {
+        let mut parts = line.split_whitespace();
+        let (Some(uid), Some(ip)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let Ok(mut s) = std::net::TcpStream::connect((ip, 8080)) else {
+            continue;
+        };
+        let _ = write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: {ip}\r\nConnection: close\r\n\r\n"
+        );
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        out.push((uid.to_string(), text));
+    }
+    out.sort();
+    out
+}
+
+/// The `/metrics` text of all running operator pods, one after the other.
+pub fn operator_metrics() -> String {
+    operator_metrics_by_pod()
+        .into_iter()
+        .map(|(_, text)| text)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The sum of a counter's series (all labels) over the running operator pods.
+pub fn metric_total(text: &str, name: &str) -> u64 {
+    let prefix = format!("{name}{{");
+    text.lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
 /// Installs the operator as a user would (`kubectl apply --server-side -k kustomize/quickstart`)
 /// once per test binary, and waits until its Deployment is available. The images it names
 /// run the freshly built binaries (the node agent's image map; `tests/run.sh` builds them).
