@@ -80,6 +80,17 @@ struct Pass<'a> {
     drift_finding: Option<Finding>,
 }
 
+/// Why an operation runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Purpose {
+    /// The sync decision (`decide`).
+    Sync,
+    /// A drift check for this scheduled time.
+    DriftCheck(jiff::Timestamp),
+    /// An `up` that repairs drift.
+    Remediation,
+}
+
 /// What drift detection asks of a synced Stack.
 enum DriftStep {
     Nothing,
@@ -169,12 +180,14 @@ pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
     let action = match decision {
         Decision::Synced { requeue } => match pass.drift_step() {
             DriftStep::Remediate(reason) => {
-                pass.run(UpdateType::Up, reason, &source, &revision, None)
+                let purpose = Purpose::Remediation;
+                pass.run(UpdateType::Up, reason, &source, &revision, purpose)
                     .await?
             }
             DriftStep::Check(slot) => {
                 let reason = drift::CHECK_MESSAGE.to_string();
-                pass.run(UpdateType::Preview, reason, &source, &revision, Some(slot))
+                let purpose = Purpose::DriftCheck(slot);
+                pass.run(UpdateType::Preview, reason, &source, &revision, purpose)
                     .await?
             }
             step => {
@@ -189,7 +202,10 @@ pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
                 }
             }
         },
-        Decision::Run { kind, reason } => pass.run(kind, reason, &source, &revision, None).await?,
+        Decision::Run { kind, reason } => {
+            pass.run(kind, reason, &source, &revision, Purpose::Sync)
+                .await?
+        }
     };
     pass.finish(action).await
 }
@@ -415,7 +431,12 @@ impl<'a> Pass<'a> {
             read_outputs(self.ctx, &self.ns, update).await?
         };
         absorb(&mut self.status, update, outputs, &self.now);
-        if !failed && update.spec.update_type == Some(UpdateType::Up) {
+        // Only an `up` that refreshed first has put drifted resources back; after any other,
+        // the next check tells.
+        if !failed
+            && update.spec.update_type == Some(UpdateType::Up)
+            && update.spec.refresh == Some(true)
+        {
             drift::mark_remediated(
                 &mut self.status,
                 &update.name_any(),
@@ -660,15 +681,18 @@ impl<'a> Pass<'a> {
     }
 
     /// An operation is due: check prerequisites, claim it, start it.
-    /// `drift_check`: the scheduled time of the drift check to run instead of an operation.
     async fn run(
         &mut self,
         kind: UpdateType,
         reason: String,
         source: &ResolvedSource,
         revision: &str,
-        drift_check: Option<jiff::Timestamp>,
+        purpose: Purpose,
     ) -> Result<Action> {
+        let drift_check = match purpose {
+            Purpose::DriftCheck(slot) => Some(slot),
+            _ => None,
+        };
         // Prerequisites are checked only when an operation is due, and not for a destroy (nor
         // for a drift check, which changes nothing).
         if !self.deleting && drift_check.is_none() {
@@ -710,9 +734,10 @@ impl<'a> Pass<'a> {
         // Names derive from the status as this reconcile sees it (after absorbing).
         let mut view = self.stack.clone();
         view.status = Some(self.status.clone());
-        let update = match drift_check {
-            Some(slot) => drift::build_check(&view, revision, slot),
-            None => build_update(&view, kind, &reason, revision),
+        let update = match purpose {
+            Purpose::DriftCheck(slot) => drift::build_check(&view, revision, slot),
+            Purpose::Remediation => drift::build_remediation(&view, &reason, revision),
+            Purpose::Sync => build_update(&view, kind, &reason, revision),
         };
         let update_name = update.name_any();
         self.status.current_update = Some(CurrentStackUpdate {

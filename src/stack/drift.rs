@@ -266,6 +266,15 @@ pub fn build_check(stack: &Stack, revision: &str, slot: Timestamp) -> Update {
     update
 }
 
+/// The `up` that repairs drift: `--refresh`, because the state Pulumi holds still says what
+/// the program deployed (a check's refresh is a preview and is not saved), so a plain `up`
+/// would find nothing to do.
+pub fn build_remediation(stack: &Stack, reason: &str, revision: &str) -> Update {
+    let mut update = build_update(stack, UpdateType::Up, reason, revision);
+    update.spec.refresh = Some(true);
+    update
+}
+
 /// What a finished check found.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Finding {
@@ -642,6 +651,13 @@ mod tests {
         assert_eq!(
             remediation_due(&s.spec, &status).as_deref(),
             Some("Drift detected: 1 resource(s) differ from the program")
+        );
+        let repair = build_remediation(&s, "Drift detected", "c");
+        assert_eq!(repair.spec.update_type, Some(UpdateType::Up));
+        assert_eq!(
+            repair.spec.refresh,
+            Some(true),
+            "the repair must see the drift"
         );
         let mut preview = s.spec.clone();
         preview.preview = true;

@@ -267,6 +267,19 @@ pub const NOT_STARTED_WITH_WARNING_SECONDS: i64 = 120;
 /// Without any explanation (a very slow image pull, say), after this long.
 pub const NOT_STARTED_SECONDS: i64 = 600;
 
+/// How long a pod that the scheduler cannot place yet (`Unschedulable`) is waited for: a
+/// cluster autoscaler may be adding a node, which takes minutes.
+pub const UNSCHEDULABLE_SECONDS: i64 = NOT_STARTED_SECONDS;
+
+/// How long an operation whose start Kubernetes explains with `reason` is waited for.
+fn patience(reason: &str) -> i64 {
+    if reason == "Unschedulable" {
+        UNSCHEDULABLE_SECONDS
+    } else {
+        NOT_STARTED_WITH_WARNING_SECONDS
+    }
+}
+
 /// An operation waiting this long to start has its Warning Events read (a list request); a
 /// pod normally starts sooner, and what the pod itself says is read first (`pod_start_problem`).
 pub const EVENTS_AFTER_SECONDS: i64 = 10;
@@ -363,14 +376,12 @@ pub fn start_failure(waiting: &NotStarted, warning: Option<(String, String)>) ->
         Some(p) => format!("the operation's pod {p} did not start"),
     };
     match warning {
-        Some((reason, message)) if waiting.seconds >= NOT_STARTED_WITH_WARNING_SECONDS => {
-            Some(Progress::Failed {
-                reason: reason.clone(),
-                message: format!("{subject} in {}s: {reason}: {message}", waiting.seconds),
-                result: None,
-                end: None,
-            })
-        }
+        Some((reason, message)) if waiting.seconds >= patience(&reason) => Some(Progress::Failed {
+            reason: reason.clone(),
+            message: format!("{subject} in {}s: {reason}: {message}", waiting.seconds),
+            result: None,
+            end: None,
+        }),
         _ if waiting.seconds >= NOT_STARTED_SECONDS => Some(Progress::Failed {
             reason: "StartTimeout".into(),
             message: format!(
@@ -717,6 +728,21 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // Unschedulable: the cluster may be adding a node; the wait is the long one.
+        let unschedulable = Some(("Unschedulable".to_string(), "0/1 nodes".to_string()));
+        let three_minutes = NotStarted {
+            pod: Some("u-abc".into()),
+            seconds: 180,
+        };
+        assert_eq!(start_failure(&three_minutes, unschedulable.clone()), None);
+        let ten_minutes = NotStarted {
+            pod: Some("u-abc".into()),
+            seconds: UNSCHEDULABLE_SECONDS,
+        };
+        assert!(matches!(
+            start_failure(&ten_minutes, unschedulable),
+            Some(Progress::Failed { reason, .. }) if reason == "Unschedulable"
+        ));
         // A pod stuck in ContainerCreating: no reason yet → waits up to the long deadline.
         let stuck = pending_pod("2026-01-01T00:05:00Z", "ContainerCreating");
         let w = not_started(&j, &[&stuck], now()).unwrap();
