@@ -655,3 +655,79 @@ async fn a_failing_destroy_keeps_the_stack_and_says_how_to_let_it_go() {
     })
     .await;
 }
+
+/// `maintenanceWindow` (extension): an `up` due outside the window waits, `Reconciling` with
+/// reason `OutsideMaintenanceWindow` and the opening time, with no Update created; it starts
+/// when the window opens.
+#[tokio::test]
+async fn an_up_outside_the_maintenance_window_waits_for_it() {
+    let f = StackFixture::new("window").await;
+    let sha = f.repo.commit(&[("Pulumi.yaml", &program(&["a"]))], "v1");
+    // A window opening every minute for 10 s: apply between seconds 15 and 40 of a minute, so
+    // that it is closed and opens 20 to 45 s later.
+    let second = || jiff::Timestamp::now().as_second().rem_euclid(60);
+    while !(15..=40).contains(&second()) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let applied = jiff::Timestamp::now();
+    let opens = applied.as_second() - applied.as_second().rem_euclid(60) + 60;
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        "  maintenanceWindow:\n    schedules: [\"* * * * *\"]\n    duration: 10s\n",
+    ));
+    let waiting = f
+        .wait_stack_for(T, "app", "Reconciling OutsideMaintenanceWindow", |s| {
+            s.status
+                .as_ref()
+                .and_then(|st| st.conditions.as_ref())
+                .is_some_and(|c| {
+                    c.iter().any(|c| {
+                        c.type_ == "Reconciling" && c.reason == "OutsideMaintenanceWindow"
+                    })
+                })
+        })
+        .await;
+    let message = waiting
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Reconciling")
+        .unwrap()
+        .message;
+    assert!(
+        message.contains("up is due") && message.contains("maintenance window, which opens at"),
+        "{message}"
+    );
+    if jiff::Timestamp::now().as_second() < opens {
+        let updates = kubectl(&[
+            "-n",
+            f.ns(),
+            "get",
+            "updates",
+            "-l",
+            "pulumi.com/stack-name=app",
+            "-o",
+            "name",
+        ]);
+        assert!(updates.trim().is_empty(), "nothing starts before the window: {updates}");
+    }
+    let s = f.wait_stack_for(T, "app", "Ready once the window opened", ready).await;
+    let update = last(&s).name.unwrap_or_default();
+    let created = kubectl(&[
+        "-n",
+        f.ns(),
+        "get",
+        "update",
+        &update,
+        "-o",
+        "jsonpath={.metadata.creationTimestamp}",
+    ]);
+    let created: jiff::Timestamp = created.trim().parse().expect("a creation time");
+    assert!(
+        created.as_second() >= opens,
+        "the Update was created at {created}, before the window opened at {opens}"
+    );
+}

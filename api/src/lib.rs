@@ -23,9 +23,10 @@ pub use program::{
 pub use stack::{
     BasicAuth, ConfigMapRef, CurrentStackUpdate, DriftDetection, DriftStatus, EnvSelector,
     FluxSource, FluxSourceReference, FsSelector, GitAuthConfig, GitHubAppAuth, GitSource,
-    LiteralRef, PrerequisiteRef, ProgramReference, RequirementSpec, ResourceChange, ResourceRef,
-    ResourceSelectorType, SecretSelector, SshAuth, Stack, StackSpec, StackStatus, StackUpdateState,
-    StackUpdateStateMessage, UpdateTemplate, WorkspaceReclaimPolicy, WorkspaceTemplate,
+    LiteralRef, MaintenanceWindow, PrerequisiteRef, ProgramReference, RequirementSpec,
+    ResourceChange, ResourceRef, ResourceSelectorType, SecretSelector, SshAuth, Stack, StackSpec,
+    StackStatus, StackUpdateState, StackUpdateStateMessage, UpdateTemplate, WorkspaceReclaimPolicy,
+    WorkspaceTemplate,
 };
 pub use update::{Update, UpdateSpec, UpdateStatus, UpdateType};
 pub use validation::{

@@ -275,6 +275,28 @@ pub struct StackSpec {
     /// then puts them back. A check never overlaps another operation of the stack.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift_detection: Option<DriftDetection>,
+
+    /// Extension (not in PKO): when changes may land. Outside the window no `up` or `destroy`
+    /// starts (not even the destroy of a deleted `destroyOnFinalize` Stack, nor an
+    /// `autoRemediate` repair): the Stack waits, `Reconciling` with reason
+    /// `OutsideMaintenanceWindow` and the time the next window opens. Previews and drift checks
+    /// run at any time; an operation started inside the window may end after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance_window: Option<MaintenanceWindow>,
+}
+
+/// Recurring periods in which operations that change resources may start.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceWindow {
+    /// Cron expressions of when the window opens (as `driftDetection.schedules`: five fields,
+    /// or six with leading seconds), e.g. `"0 22 * * 1-5"` at 22:00 on weekdays.
+    pub schedules: Vec<String>,
+    /// How long the window stays open after each opening, e.g. `2h`, `30m`, `1h30m`.
+    pub duration: String,
+    /// The IANA time zone the schedules are read in. Unset: `UTC`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
 }
 
 /// When to look for drift, and what to do about it.

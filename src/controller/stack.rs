@@ -254,7 +254,11 @@ impl<'a> Pass<'a> {
         let schedules = match &self.stack.spec.drift_detection {
             Some(d) => drift::parse(d).map(|_| ()),
             None => Ok(()),
-        };
+        }
+        .and(match &self.stack.spec.maintenance_window {
+            Some(w) => crate::stack::window::parse(w).map(|_| ()),
+            None => Ok(()),
+        });
         if errors.is_empty() && refused.is_ok() && schedules.is_ok() {
             return Ok(None);
         }
@@ -693,6 +697,52 @@ impl<'a> Pass<'a> {
             Purpose::DriftCheck(slot) => Some(slot),
             _ => None,
         };
+        if drift_check.is_none() {
+            use crate::stack::window::{gate, Gate, REASON_OUTSIDE_MAINTENANCE_WINDOW};
+            if let Gate::Closed { opens_at } = gate(&self.stack.spec, &kind, self.now.0) {
+                let (when, requeue) = match opens_at {
+                    Some(at) => {
+                        let wait: Duration = at
+                            .duration_since(self.now.0)
+                            .try_into()
+                            .unwrap_or(Duration::from_secs(1));
+                        (
+                            format!("opens at {at} (in {})", crate::stack::decide::human(wait)),
+                            Some(wait.max(Duration::from_secs(1))),
+                        )
+                    }
+                    None => ("never opens again".to_string(), None),
+                };
+                let message = format!(
+                    "{} is due ({reason}) and waits for the maintenance window, which {when}; \
+                     remove or change spec.maintenanceWindow to run it sooner",
+                    kind.as_str()
+                );
+                let waiting = self.written.conditions.iter().flatten().any(|c| {
+                    c.type_ == names::CONDITION_RECONCILING
+                        && c.reason == REASON_OUTSIDE_MAINTENANCE_WINDOW
+                });
+                info!(%message, "outside the maintenance window");
+                mark_reconciling(
+                    &mut self.status,
+                    REASON_OUTSIDE_MAINTENANCE_WINDOW,
+                    &message,
+                    self.generation,
+                    &self.now,
+                );
+                if !waiting {
+                    self.publish(
+                        EventType::Normal,
+                        REASON_OUTSIDE_MAINTENANCE_WINDOW,
+                        message,
+                    )
+                    .await;
+                }
+                return Ok(requeue
+                    .map(crate::controller::requeue)
+                    .unwrap_or_else(Action::await_change));
+            }
+        }
         // Prerequisites are checked only when an operation is due, and not for a destroy (nor
         // for a drift check, which changes nothing).
         if !self.deleting && drift_check.is_none() {

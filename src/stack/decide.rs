@@ -75,7 +75,7 @@ fn elapsed(
         .unwrap_or(Duration::MAX)
 }
 
-fn human(d: Duration) -> String {
+pub fn human(d: Duration) -> String {
     let secs = d.as_secs();
     match (secs / 3600, (secs % 3600) / 60, secs % 60) {
         (0, 0, s) => format!("{s}s"),

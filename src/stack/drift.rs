@@ -95,21 +95,34 @@ fn normalize(expression: &str) -> Result<String, String> {
 
 /// Parses and checks `spec.driftDetection`; the error is the message a user acts on.
 pub fn parse(spec: &DriftDetection) -> Result<Schedules, String> {
-    if spec.schedules.is_empty() {
-        return Err(
-            "spec.driftDetection.schedules: at least one cron expression is required".into(),
-        );
-    }
-    if spec.schedules.len() > MAX_SCHEDULES {
+    parse_schedules(
+        "spec.driftDetection",
+        &spec.schedules,
+        spec.time_zone.as_deref(),
+    )
+}
+
+/// Parses the cron `expressions` of the field `field` (`schedules`, `timeZone` under it).
+pub fn parse_schedules(
+    field: &str,
+    expressions: &[String],
+    time_zone: Option<&str>,
+) -> Result<Schedules, String> {
+    if expressions.is_empty() {
         return Err(format!(
-            "spec.driftDetection.schedules: at most {MAX_SCHEDULES} expressions"
+            "{field}.schedules: at least one cron expression is required"
         ));
     }
-    let mut crons = Vec::with_capacity(spec.schedules.len());
-    for (i, expression) in spec.schedules.iter().enumerate() {
+    if expressions.len() > MAX_SCHEDULES {
+        return Err(format!(
+            "{field}.schedules: at most {MAX_SCHEDULES} expressions"
+        ));
+    }
+    let mut crons = Vec::with_capacity(expressions.len());
+    for (i, expression) in expressions.iter().enumerate() {
         let bad = |why: String| {
             let shown: String = expression.chars().take(MAX_EXPRESSION_BYTES).collect();
-            format!("spec.driftDetection.schedules[{i}] {shown:?}: {why}")
+            format!("{field}.schedules[{i}] {shown:?}: {why}")
         };
         if expression.len() > MAX_EXPRESSION_BYTES {
             return Err(bad(format!("longer than {MAX_EXPRESSION_BYTES} bytes")));
@@ -119,19 +132,17 @@ pub fn parse(spec: &DriftDetection) -> Result<Schedules, String> {
             cron::Schedule::from_str(&normalized).map_err(|e| bad(format!("invalid: {e}")))?;
         crons.push(schedule);
     }
-    let name = spec.time_zone.as_deref().unwrap_or("UTC");
+    let name = time_zone.unwrap_or("UTC");
     let zone = TimeZone::get(name).map_err(|_| {
-        format!(
-            "spec.driftDetection.timeZone {name:?}: not an IANA time zone (e.g. UTC, Europe/Paris)"
-        )
+        format!("{field}.timeZone {name:?}: not an IANA time zone (e.g. UTC, Europe/Paris)")
     })?;
     Ok(Schedules { crons, zone })
 }
 
 impl Schedules {
-    /// The first scheduled time strictly after `t`, if any (schedules are read on the wall clock
-    /// of the time zone; a time skipped by a DST change fires at the next valid instant).
-    pub fn next_after(&self, t: Timestamp) -> Option<Timestamp> {
+    /// `t` on the zone's wall clock, as if it were UTC: cron steps through civil times, and the
+    /// zone then says which instant each one is.
+    fn wall_clock(&self, t: Timestamp) -> Option<chrono::DateTime<chrono::Utc>> {
         let local = t.to_zoned(self.zone.clone()).datetime();
         let wall = chrono::NaiveDate::from_ymd_opt(
             i32::from(local.year()),
@@ -143,34 +154,59 @@ impl Schedules {
             u32::try_from(local.minute()).ok()?,
             u32::try_from(local.second()).ok()?,
         )?;
-        // The wall clock as if it were UTC: cron steps through civil times, and the zone then
-        // says which instant each one is.
-        let wall = chrono::Utc.from_utc_datetime(&wall);
+        Some(chrono::Utc.from_utc_datetime(&wall))
+    }
+
+    /// The instant of a civil time produced by cron (a time skipped by a DST change is the
+    /// next valid instant; a repeated one, the first).
+    fn instant(&self, fire: &chrono::DateTime<chrono::Utc>) -> Option<Timestamp> {
+        let civil = jiff::civil::date(
+            i16::try_from(chrono::Datelike::year(fire)).ok()?,
+            i8::try_from(chrono::Datelike::month(fire)).ok()?,
+            i8::try_from(chrono::Datelike::day(fire)).ok()?,
+        )
+        .at(
+            i8::try_from(chrono::Timelike::hour(fire)).ok()?,
+            i8::try_from(chrono::Timelike::minute(fire)).ok()?,
+            i8::try_from(chrono::Timelike::second(fire)).ok()?,
+            0,
+        );
+        Some(
+            self.zone
+                .to_ambiguous_zoned(civil)
+                .compatible()
+                .ok()?
+                .timestamp(),
+        )
+    }
+
+    /// The first scheduled time strictly after `t`, if any.
+    pub fn next_after(&self, t: Timestamp) -> Option<Timestamp> {
+        let wall = self.wall_clock(t)?;
         self.crons
             .iter()
             .filter_map(|schedule| {
-                schedule.after(&wall).take(4).find_map(|fire| {
-                    let civil = jiff::civil::date(
-                        i16::try_from(chrono::Datelike::year(&fire)).ok()?,
-                        i8::try_from(chrono::Datelike::month(&fire)).ok()?,
-                        i8::try_from(chrono::Datelike::day(&fire)).ok()?,
-                    )
-                    .at(
-                        i8::try_from(chrono::Timelike::hour(&fire)).ok()?,
-                        i8::try_from(chrono::Timelike::minute(&fire)).ok()?,
-                        i8::try_from(chrono::Timelike::second(&fire)).ok()?,
-                        0,
-                    );
-                    let instant = self
-                        .zone
-                        .to_ambiguous_zoned(civil)
-                        .compatible()
-                        .ok()?
-                        .timestamp();
-                    (instant > t).then_some(instant)
-                })
+                schedule
+                    .after(&wall)
+                    .take(4)
+                    .find_map(|fire| self.instant(&fire).filter(|i| *i > t))
             })
             .min()
+    }
+
+    /// The last scheduled time at or before `t`, if any.
+    pub fn last_at_or_before(&self, t: Timestamp) -> Option<Timestamp> {
+        let wall = self.wall_clock(t)? + chrono::Duration::seconds(1);
+        self.crons
+            .iter()
+            .filter_map(|schedule| {
+                let mut earlier = schedule.after(&wall);
+                (0..4).find_map(|_| {
+                    let fire = earlier.next_back()?;
+                    self.instant(&fire).filter(|i| *i <= t)
+                })
+            })
+            .max()
     }
 }
 

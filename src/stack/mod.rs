@@ -6,3 +6,4 @@ pub mod objects;
 pub mod prereq;
 pub mod references;
 pub mod status;
+pub mod window;
