@@ -4,6 +4,7 @@
 mod config;
 mod context;
 mod controller;
+mod duration;
 mod error;
 mod http;
 mod leader;

@@ -682,9 +682,8 @@ async fn an_up_outside_the_maintenance_window_waits_for_it() {
                 .as_ref()
                 .and_then(|st| st.conditions.as_ref())
                 .is_some_and(|c| {
-                    c.iter().any(|c| {
-                        c.type_ == "Reconciling" && c.reason == "OutsideMaintenanceWindow"
-                    })
+                    c.iter()
+                        .any(|c| c.type_ == "Reconciling" && c.reason == "OutsideMaintenanceWindow")
                 })
         })
         .await;
@@ -712,9 +711,14 @@ async fn an_up_outside_the_maintenance_window_waits_for_it() {
             "-o",
             "name",
         ]);
-        assert!(updates.trim().is_empty(), "nothing starts before the window: {updates}");
+        assert!(
+            updates.trim().is_empty(),
+            "nothing starts before the window: {updates}"
+        );
     }
-    let s = f.wait_stack_for(T, "app", "Ready once the window opened", ready).await;
+    let s = f
+        .wait_stack_for(T, "app", "Ready once the window opened", ready)
+        .await;
     let update = last(&s).name.unwrap_or_default();
     let created = kubectl(&[
         "-n",

@@ -707,7 +707,7 @@ impl<'a> Pass<'a> {
                             .try_into()
                             .unwrap_or(Duration::from_secs(1));
                         (
-                            format!("opens at {at} (in {})", crate::stack::decide::human(wait)),
+                            format!("opens at {at} (in {})", crate::duration::human(wait)),
                             Some(wait.max(Duration::from_secs(1))),
                         )
                     }

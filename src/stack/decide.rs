@@ -2,6 +2,7 @@
 //! (pko-reference §3.3–3.4) as one pure function of the spec, the status and the observed
 //! revision.
 
+use crate::duration::human;
 use pulumi_operator_api::names;
 use pulumi_operator_api::{StackSpec, StackStatus, StackUpdateStateMessage, UpdateType};
 use std::time::Duration;
@@ -73,15 +74,6 @@ fn elapsed(
         .and_then(|d| Duration::try_from(d).ok())
         .map(|d| d.saturating_sub(Duration::from_secs(1)))
         .unwrap_or(Duration::MAX)
-}
-
-pub fn human(d: Duration) -> String {
-    let secs = d.as_secs();
-    match (secs / 3600, (secs % 3600) / 60, secs % 60) {
-        (0, 0, s) => format!("{s}s"),
-        (0, m, s) => format!("{m}m{s}s"),
-        (h, m, s) => format!("{h}h{m}m{s}s"),
-    }
 }
 
 /// The type of the operation a due stack runs.

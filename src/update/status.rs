@@ -378,15 +378,18 @@ pub fn start_failure(waiting: &NotStarted, warning: Option<(String, String)>) ->
     match warning {
         Some((reason, message)) if waiting.seconds >= patience(&reason) => Some(Progress::Failed {
             reason: reason.clone(),
-            message: format!("{subject} in {}s: {reason}: {message}", waiting.seconds),
+            message: format!(
+                "{subject} in {}: {reason}: {message}",
+                crate::duration::human_secs(waiting.seconds)
+            ),
             result: None,
             end: None,
         }),
         _ if waiting.seconds >= NOT_STARTED_SECONDS => Some(Progress::Failed {
             reason: "StartTimeout".into(),
             message: format!(
-                "{subject} in {}s and Kubernetes gave no reason (see kubectl describe)",
-                waiting.seconds
+                "{subject} in {} and Kubernetes gave no reason (see kubectl describe)",
+                crate::duration::human_secs(waiting.seconds)
             ),
             result: None,
             end: None,
@@ -722,7 +725,7 @@ mod tests {
             }) => {
                 assert_eq!(reason, "FailedCreate");
                 assert!(
-                    message.contains("could not be created in 180s") && message.contains("typo"),
+                    message.contains("could not be created in 3m:") && message.contains("typo"),
                     "{message}"
                 );
             }
