@@ -380,8 +380,13 @@ impl<'a> Pass<'a> {
                     .iter()
                     .find(|u| u.name_any() == name)
                     .is_some_and(|u| drift::is_check(u));
-                if checking {
-                    // A drift check changes nothing: the Stack stays as Ready as it was.
+                let nothing_new = self.status.last_update.as_ref().is_some_and(|l| {
+                    l.generation == Some(self.generation)
+                        && l.reconcile_request.as_deref().unwrap_or("") == self.request
+                });
+                if checking && nothing_new {
+                    // A drift check changes nothing: the Stack stays as Ready as it was (a
+                    // change made meanwhile waits for the check, Reconciling, as below).
                     return Ok(Some(Action::await_change()));
                 }
                 mark_reconciling(
@@ -496,8 +501,16 @@ impl<'a> Pass<'a> {
     /// drift: a check every minute must not flood the Stack's Events).
     async fn announce_drift(&self, finding: Finding) {
         match finding {
-            Finding::Drifted { count, message } => {
+            Finding::Drifted {
+                count,
+                message,
+                new,
+            } => {
                 warn!(drifted = count, "drift detected");
+                if !new {
+                    // The same resources as the last check: the condition says it already.
+                    return;
+                }
                 let remediate = drift::remediation_due(&self.stack.spec, &self.status).is_some();
                 let note = if remediate {
                     format!("{message}; autoRemediate: an update follows")

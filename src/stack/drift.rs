@@ -314,8 +314,12 @@ pub fn build_remediation(stack: &Stack, reason: &str, revision: &str) -> Update 
 /// What a finished check found.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Finding {
-    /// Drift: the message lists the resources.
-    Drifted { count: i64, message: String },
+    /// Drift: the message lists the resources; `new` unless the last check found the same.
+    Drifted {
+        count: i64,
+        message: String,
+        new: bool,
+    },
     /// No drift; `resolved` when an earlier check had found some.
     Clean { resolved: bool },
     /// The check itself failed.
@@ -378,6 +382,11 @@ pub fn absorb_check(
         return Finding::Failed { message };
     }
     let count = result.changed.unwrap_or(result.changes.len() as i64);
+    let same_as_before = was_drifted
+        && status
+            .drift
+            .as_ref()
+            .is_some_and(|d| d.drifted == Some(count) && d.resources == result.changes);
     status.drift = Some(DriftStatus {
         last_check_time: Some(now.clone()),
         last_check: Some(name.clone()),
@@ -400,7 +409,11 @@ pub fn absorb_check(
             generation,
             now,
         );
-        Finding::Drifted { count, message }
+        Finding::Drifted {
+            count,
+            message,
+            new: !same_as_before,
+        }
     } else {
         crate::stack::status::set_condition(
             status,
@@ -679,8 +692,22 @@ mod tests {
             &now,
         );
         assert!(
-            matches!(finding, Finding::Drifted { count: 1, ref message } if message.contains("ConfigMap::cm (replace)")),
+            matches!(finding, Finding::Drifted { count: 1, ref message, new: true } if message.contains("ConfigMap::cm (replace)")),
             "{finding:?}"
+        );
+        let same = ResourceChange {
+            urn: "urn:pulumi:dev::p::kubernetes:core/v1:ConfigMap::cm".into(),
+            operation: "replace".into(),
+        };
+        let again = absorb_check(
+            &mut status.clone(),
+            &finished_check(&s, false, vec![same]),
+            1,
+            &now,
+        );
+        assert!(
+            matches!(again, Finding::Drifted { new: false, .. }),
+            "the same drift is not news: {again:?}"
         );
         assert_eq!(status.last_update, before);
         assert!(drifted(&status));
