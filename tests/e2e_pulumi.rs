@@ -2,7 +2,7 @@
 //! Kubernetes objects into the test cluster with the Stack's own ServiceAccount (the canonical
 //! use of the operator), a PKO documentation example adapted only in its program, drift found by
 //! a refresh and by scheduled drift checks (`spec.driftDetection`, with and without automatic
-//! repair), and a provider's multi-line error as a user reads it in `kubectl get stack`.
+//! repair), the plan-approval gate (`spec.approval`), and a provider's multi-line error as a user reads it in `kubectl get stack`.
 //!
 //! The `pulumi` container runs the real CLI (tests/build-tools.sh) with its YAML language host;
 //! the `kubernetes` provider plugin is the test stand-in of tests/tools (the module proxy does
@@ -422,6 +422,188 @@ async fn auto_remediation_puts_a_drifted_object_back() {
         message.starts_with("Drift detected: 1 resource"),
         "{message}"
     );
+}
+
+fn reconciling_reason(s: &Stack) -> Option<(String, String)> {
+    s.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Reconciling" && c.status == "True")
+        .map(|c| (c.reason.clone(), c.message.clone()))
+}
+
+fn pending_plan(s: &Stack) -> Option<String> {
+    let approval = s.status.as_ref()?.approval.as_ref()?;
+    (approval.state == Some(pulumi_operator_api::ApprovalState::AwaitingApproval)
+        && reconciling_reason(s).is_some_and(|(r, _)| r == "AwaitingApproval"))
+    .then(|| approval.plan.clone())
+    .flatten()
+}
+
+fn events(f: &StackFixture, reason: &str) -> String {
+    kubectl(&[
+        "-n",
+        f.ns(),
+        "get",
+        "events",
+        "--field-selector",
+        &format!("involvedObject.kind=Stack,reason={reason}"),
+        "-o",
+        "jsonpath={.items[*].message}",
+    ])
+}
+
+fn target_exists(f: &StackFixture) -> bool {
+    !kubectl(&[
+        "-n",
+        f.ns(),
+        "get",
+        "configmaps",
+        "--field-selector",
+        "metadata.name=drift-target",
+        "-o",
+        "name",
+    ])
+    .trim()
+    .is_empty()
+}
+
+/// `spec.approval`: the Stack saves a plan and waits (the diff in `kubectl logs job/<plan>`,
+/// the counts in status, nothing deployed); a new commit makes a new plan; approving the
+/// stale one is refused with an Event; approving the pending one applies exactly it.
+#[tokio::test]
+async fn a_gated_stack_applies_only_the_plan_a_person_approved() {
+    let f = StackFixture::new("approval").await;
+    grant_config_maps(&f);
+    let v1 = f.repo.commit(&[("Pulumi.yaml", DRIFT_PROGRAM)], "v1");
+    let gated = "  approval:\n    required: true\n";
+    f.sn.ns
+        .apply(&f.stack_yaml("app", &format!("commit: {v1}"), gated));
+    let waiting = f
+        .wait_stack_for(T, "app", "a plan awaiting approval", |s| {
+            pending_plan(s).is_some()
+        })
+        .await;
+    let first = pending_plan(&waiting).unwrap();
+    let approval = waiting.status.as_ref().unwrap().approval.clone().unwrap();
+    assert!(
+        approval.changes.get("create").is_some_and(|n| *n >= 1),
+        "{approval:?}"
+    );
+    assert!(
+        approval
+            .resources
+            .iter()
+            .any(|r| r.urn.ends_with("ConfigMap::settings") && r.operation == "create"),
+        "{approval:?}"
+    );
+    assert!(!stack_ready(&waiting));
+    assert!(
+        waiting.status.as_ref().unwrap().last_update.is_none(),
+        "a plan is not an update: {:?}",
+        waiting.status
+    );
+    assert!(!target_exists(&f), "nothing is deployed before approval");
+    let diff = kubectl(&["-n", f.ns(), "logs", &format!("job/{first}")]);
+    assert!(
+        diff.contains("drift-target") && diff.contains("create"),
+        "{diff}"
+    );
+    let (_, message) = reconciling_reason(&waiting).unwrap();
+    assert!(
+        message.contains(&format!(
+            "kubectl annotate stack app pulumi.com/approve-plan={first} --overwrite"
+        )),
+        "{message}"
+    );
+    assert!(events(&f, "AwaitingApproval").contains(&first));
+
+    // A new commit: the pending plan is no longer valid, a new one waits.
+    let v2 = f.repo.commit(
+        &[(
+            "Pulumi.yaml",
+            &DRIFT_PROGRAM.replace("greeting: hello", "greeting: approved"),
+        )],
+        "v2",
+    );
+    f.sn.ns
+        .apply(&f.stack_yaml("app", &format!("commit: {v2}"), gated));
+    let replanned = f
+        .wait_stack_for(T, "app", "a new plan for the new commit", |s| {
+            pending_plan(s).is_some_and(|p| p != first)
+        })
+        .await;
+    let second = pending_plan(&replanned).unwrap();
+
+    // Approving the stale plan is refused, and applies nothing.
+    kubectl(&[
+        "-n",
+        f.ns(),
+        "annotate",
+        "stack",
+        "app",
+        &format!("pulumi.com/approve-plan={first}"),
+        "--overwrite",
+    ]);
+    wait_until(T, "the stale approval refused", || async {
+        events(&f, "ApprovalRefused").contains(&first)
+    })
+    .await;
+    let refused = f.stack("app").await;
+    assert_eq!(pending_plan(&refused).as_deref(), Some(second.as_str()));
+    assert!(reconciling_reason(&refused).unwrap().1.contains("refused"));
+    assert!(!target_exists(&f));
+
+    // The documented one-liner lists the Stacks awaiting approval.
+    let listed = kubectl(&[
+        "get",
+        "stacks",
+        "-A",
+        "-o",
+        r#"jsonpath={range .items[?(@.status.approval.state=="AwaitingApproval")]}{.metadata.namespace}/{.metadata.name} {.status.approval.plan}{"\n"}{end}"#,
+    ]);
+    assert!(
+        listed.contains(&format!("{}/app {second}", f.ns())),
+        "{listed}"
+    );
+
+    // Approving the pending plan applies it.
+    kubectl(&[
+        "-n",
+        f.ns(),
+        "annotate",
+        "stack",
+        "app",
+        &format!("pulumi.com/approve-plan={second}"),
+        "--overwrite",
+    ]);
+    let applied = f
+        .wait_stack_for(T, "app", "the approved plan applied", stack_ready)
+        .await;
+    assert_eq!(greeting(&f), "approved");
+    let up = last_update(&applied);
+    assert_eq!(up.update_type, Some(pulumi_operator_api::UpdateType::Up));
+    let annotated = kubectl(&[
+        "-n",
+        f.ns(),
+        "get",
+        "update",
+        up.name.as_deref().unwrap_or_default(),
+        "-o",
+        r#"jsonpath={.metadata.annotations.pulumi\.com/applies-plan}"#,
+    ]);
+    assert_eq!(annotated, second);
+    let logs = job_logs(&f, &applied);
+    assert!(logs.contains("keeps to the approved plan"), "{logs}");
+    let approval = applied.status.as_ref().unwrap().approval.clone().unwrap();
+    assert_eq!(
+        approval.state,
+        Some(pulumi_operator_api::ApprovalState::Applied),
+        "{approval:?}"
+    );
+    assert!(events(&f, "PlanApproved").contains(&second));
 }
 
 /// A provider error that spans several lines (the apiserver rejects an object for two reasons)

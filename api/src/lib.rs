@@ -21,12 +21,12 @@ pub use program::{
     ProgramSpec, ProgramStatus, Resource, ResourceOptions,
 };
 pub use stack::{
-    BasicAuth, ConfigMapRef, CurrentStackUpdate, DriftDetection, DriftStatus, EnvSelector,
-    FluxSource, FluxSourceReference, FsSelector, GitAuthConfig, GitHubAppAuth, GitSource,
-    LiteralRef, MaintenanceWindow, PrerequisiteRef, ProgramReference, RequirementSpec,
-    ResourceChange, ResourceRef, ResourceSelectorType, SecretSelector, SshAuth, Stack, StackSpec,
-    StackStatus, StackUpdateState, StackUpdateStateMessage, UpdateTemplate, WorkspaceReclaimPolicy,
-    WorkspaceTemplate,
+    Approval, ApprovalState, ApprovalStatus, BasicAuth, ConfigMapRef, CurrentStackUpdate,
+    DriftDetection, DriftStatus, EnvSelector, FluxSource, FluxSourceReference, FsSelector,
+    GitAuthConfig, GitHubAppAuth, GitSource, LiteralRef, MaintenanceWindow, PrerequisiteRef,
+    ProgramReference, RequirementSpec, ResourceChange, ResourceRef, ResourceSelectorType,
+    SecretSelector, SshAuth, Stack, StackSpec, StackStatus, StackUpdateState,
+    StackUpdateStateMessage, UpdateTemplate, WorkspaceReclaimPolicy, WorkspaceTemplate,
 };
 pub use update::{Update, UpdateSpec, UpdateStatus, UpdateType};
 pub use validation::{

@@ -32,6 +32,9 @@ pub const RUNNER_BINARY: &str = "/share/pulumi-runner";
 /// mounted, one directory each ([`secret_env_dir`]), so that the runner knows their values
 /// and can mask them in everything it prints.
 pub const SECRET_ENV_ROOT: &str = "/var/run/pulumi-operator/env-secrets";
+/// The largest plan an approval may hold: it travels in Secrets (at most 1 MiB each, with
+/// the rest of the plan Secret beside it).
+pub const MAX_SAVED_PLAN_BYTES: usize = 768 * 1024;
 /// Kubernetes caps termination messages at 4096 bytes.
 pub const MAX_RESULT_BYTES: usize = 4096;
 
@@ -163,6 +166,10 @@ pub struct OperationOptions {
     /// another update (`retryOnUpdateConflict`).
     #[serde(default)]
     pub retry_on_update_conflict: bool,
+    /// With preview: save the plan (`--save-plan`) and hand it to the operator sealed, as
+    /// outputs are (a Stack with `spec.approval`).
+    #[serde(default, skip_serializing_if = "crate::common::is_false")]
+    pub save_plan: bool,
 }
 
 /// Everything the runner needs to run one Update.
@@ -193,6 +200,10 @@ pub struct RunPlan {
     /// then writes the outputs Secret. Without it the runner writes the Secret itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outputs_key: Option<String>,
+    /// With up: the approved plan (the JSON `pulumi preview --save-plan` wrote) that the update
+    /// must keep to (`pulumi up --plan`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_plan: Option<String>,
     /// Verbosity of Pulumi's own logs (`-v`), 0 for none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pulumi_log_level: Option<u32>,
@@ -459,6 +470,7 @@ mod tests {
             outputs_secret: "s-1-stack-outputs".into(),
             outputs_labels: BTreeMap::new(),
             outputs_key: None,
+            apply_plan: None,
             pulumi_log_level: None,
             lock_holder: None,
             secret_env: vec!["PULUMI_ACCESS_TOKEN".into()],
@@ -490,6 +502,7 @@ mod tests {
                 outputs_secret: String::new(),
                 outputs_labels: BTreeMap::new(),
                 outputs_key: None,
+                apply_plan: None,
                 pulumi_log_level: None,
                 lock_holder: None,
                 secret_env: Vec::new(),

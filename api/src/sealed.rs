@@ -19,6 +19,10 @@ pub const OUTPUTS_LINE_PREFIX: &str = "pulumi-runner-outputs: ";
 pub struct OutputsPayload {
     pub data: BTreeMap<String, String>,
     pub secret_keys: BTreeSet<String>,
+    /// A preview's saved plan (the JSON of `pulumi preview --save-plan`), for the operator
+    /// to keep until a person approves it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
 }
 
 impl std::fmt::Debug for OutputsPayload {
@@ -26,6 +30,7 @@ impl std::fmt::Debug for OutputsPayload {
         f.debug_struct("OutputsPayload")
             .field("keys", &self.data.keys().collect::<Vec<_>>())
             .field("secret_keys", &self.secret_keys)
+            .field("plan_bytes", &self.plan.as_ref().map(|p| p.len()))
             .finish()
     }
 }
@@ -111,6 +116,7 @@ mod tests {
         let payload = OutputsPayload {
             data: BTreeMap::from([("pw".into(), "\"hunter2-canary\"".into())]),
             secret_keys: BTreeSet::from(["pw".into()]),
+            plan: None,
         };
         let sealed = seal(&key, &payload).unwrap();
         assert!(!sealed.contains("hunter2"));

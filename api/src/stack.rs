@@ -283,6 +283,18 @@ pub struct StackSpec {
     /// run at any time; an operation started inside the window may end after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance_window: Option<MaintenanceWindow>,
+
+    /// Extension (not in PKO): a person approves each change before it lands. With
+    /// `required: true`, an `up` first runs a preview that saves a plan (`pulumi preview
+    /// --save-plan`; its diff is in `kubectl logs job/<plan>`) and the Stack waits, Reconciling
+    /// `AwaitingApproval`, with the plan summarized in `status.approval`. Approving is
+    /// `kubectl annotate stack <name> pulumi.com/approve-plan=<plan> --overwrite`; the `up`
+    /// then applies exactly that plan (`pulumi up --plan`) and fails if the program would do
+    /// anything else. A new generation, commit or sync request makes a new plan; an approval
+    /// naming any other plan is refused with an Event. A plan that changes nothing needs no
+    /// approval. `destroy` and previews are not gated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approval>,
 }
 
 /// Recurring periods in which operations that change resources may start.
@@ -297,6 +309,15 @@ pub struct MaintenanceWindow {
     /// The IANA time zone the schedules are read in. Unset: `UTC`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_zone: Option<String>,
+}
+
+/// Whether changes wait for a person's approval.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Approval {
+    /// Every `up` waits until a person approves its plan (see `spec.approval`).
+    #[serde(default)]
+    pub required: bool,
 }
 
 /// When to look for drift, and what to do about it.
@@ -758,6 +779,61 @@ pub struct StackStatus {
     /// Extension (not in PKO): the last drift check (`spec.driftDetection`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<DriftStatus>,
+
+    /// Extension (not in PKO): the plan waiting for approval, or the last one applied
+    /// (`spec.approval`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalStatus>,
+}
+
+string_enum! {
+    /// Where a plan of a Stack with `spec.approval` stands.
+    pub enum ApprovalState (open) {
+        /// The plan waits for `pulumi.com/approve-plan=<plan>`.
+        AwaitingApproval = "AwaitingApproval",
+        /// The plan was approved (or changed nothing) and its `up` runs.
+        Applying = "Applying",
+        /// The plan's `up` ended (see `lastUpdate`).
+        Applied = "Applied",
+    }
+}
+
+/// A saved plan of a Stack with `spec.approval`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalStatus {
+    /// The plan's id: the name of the preview Update that saved it (`kubectl logs
+    /// job/<plan>` shows its diff). Approve it with `kubectl annotate stack <name>
+    /// pulumi.com/approve-plan=<plan> --overwrite`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+    /// `AwaitingApproval`, `Applying` or `Applied`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<ApprovalState>,
+    /// When the plan was saved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_time: Option<Time>,
+    /// The Stack generation the plan was made for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// The source revision the plan was made for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// The `pulumi.com/reconciliation-request` the plan was made for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconcile_request: Option<String>,
+    /// How many resources the plan creates, updates, replaces and deletes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub changes: BTreeMap<String, i64>,
+    /// The resources the plan changes (at most 20) and how.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<ResourceChange>,
+    /// The last approval that was refused (it named another plan).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+    /// The last plan whose `up` ran (an approval still naming it is not a new one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied: Option<String>,
 }
 
 /// What the last drift check found.

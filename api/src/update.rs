@@ -155,4 +155,8 @@ pub struct UpdateStatus {
     /// and how.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changes: Vec<ResourceChange>,
+    /// Extension (not in PKO), for a preview: how many resources an `up` would create,
+    /// update, replace and delete.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub change_counts: std::collections::BTreeMap<String, i64>,
 }

@@ -300,6 +300,20 @@ impl Validator<'_> {
         if spec.git.is_set() {
             self.git(&spec.git);
         }
+        let gated = spec.approval.as_ref().is_some_and(|a| a.required);
+        if gated
+            && spec
+                .drift_detection
+                .as_ref()
+                .is_some_and(|d| d.auto_remediate)
+        {
+            self.error(
+                "spec.driftDetection.autoRemediate",
+                "cannot be combined with spec.approval.required: a remediation would change \
+                 resources without an approved plan; turn one of them off (drift checks still \
+                 report drift, and the next approved plan repairs it)",
+            );
+        }
         if let Some(flux) = &spec.flux_source {
             self.flux(flux);
         }
@@ -689,6 +703,26 @@ mod tests {
             },
             ..StackSpec::default()
         }
+    }
+
+    #[test]
+    fn approval_and_auto_remediation_do_not_mix() {
+        let mut spec = git_spec();
+        spec.approval = Some(crate::stack::Approval { required: true });
+        assert!(errors(&spec).is_empty());
+        spec.drift_detection = Some(crate::stack::DriftDetection {
+            schedules: vec!["0 * * * *".into()],
+            auto_remediate: true,
+            ..Default::default()
+        });
+        let found = errors(&spec);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].contains("spec.driftDetection.autoRemediate"),
+            "{found:?}"
+        );
+        spec.approval = Some(crate::stack::Approval { required: false });
+        assert!(errors(&spec).is_empty());
     }
 
     fn errors(spec: &StackSpec) -> Vec<String> {

@@ -319,6 +319,7 @@ mod tests {
             outputs_secret: "s-up-1-stack-outputs".into(),
             outputs_labels: BTreeMap::from([("pulumi.com/stack-name".into(), "s".into())]),
             outputs_key: None,
+            apply_plan: None,
             pulumi_log_level: None,
             lock_holder: None,
             secret_env: Vec::new(),

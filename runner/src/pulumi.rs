@@ -202,6 +202,9 @@ pub struct OpContext {
     pub exec_agent: String,
     /// `-v=N` with `--logtostderr` when > 0.
     pub log_level: Option<u32>,
+    /// A preview saves its plan to this file (`--save-plan`); an up keeps to the plan in it
+    /// (`--plan`).
+    pub plan_file: Option<String>,
 }
 
 /// The default `--exec-agent`.
@@ -255,6 +258,10 @@ pub fn operation(op: Operation, stack: &str, o: &OperationOptions, ctx: &OpConte
             push_all(&mut inv, flag(o.refresh, "--refresh"));
             push_all(&mut inv, run_program);
             push_all(&mut inv, event_log);
+            push_all(
+                &mut inv,
+                ctx.plan_file.as_ref().map(|f| format!("--save-plan={f}")),
+            );
         }
         Operation::Up => {
             push_all(
@@ -279,6 +286,10 @@ pub fn operation(op: Operation, stack: &str, o: &OperationOptions, ctx: &OpConte
             // with it).
             push_all(&mut inv, flag(o.continue_on_error, "--continue-on-error"));
             push_all(&mut inv, run_program);
+            push_all(
+                &mut inv,
+                ctx.plan_file.as_ref().map(|f| format!("--plan={f}")),
+            );
         }
         Operation::Refresh => {
             push_all(&mut inv, debug_args(ctx));
@@ -410,6 +421,7 @@ mod tests {
             event_log: "/share/.pulumi-runner/events.json".into(),
             exec_agent: "pulumi-runner/0.1.0".into(),
             log_level: None,
+            plan_file: None,
         }
     }
 
@@ -592,6 +604,16 @@ mod tests {
                 .join(" "),
             "--non-interactive up --yes --skip-preview --logtostderr -v=3"
         );
+        // A Stack with spec.approval: the preview saves its plan, the up keeps to it.
+        let planned = OpContext {
+            plan_file: Some("/share/.pulumi-runner/p.json".into()),
+            ..ctx()
+        };
+        assert!(argv(&operation(Operation::Preview, "dev", &none, &planned))
+            .contains(" --save-plan=/share/.pulumi-runner/p.json "));
+        assert!(argv(&operation(Operation::Up, "dev", &none, &planned))
+            .contains(" --plan=/share/.pulumi-runner/p.json "));
+        assert!(!argv(&operation(Operation::Destroy, "dev", &none, &planned)).contains("plan"));
         let r = refresh_expecting_no_changes(
             "dev",
             &OperationOptions {

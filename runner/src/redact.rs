@@ -267,6 +267,7 @@ mod tests {
             outputs_secret: "u-stack-outputs".into(),
             outputs_labels: Default::default(),
             outputs_key: None,
+            apply_plan: None,
             pulumi_log_level: None,
             lock_holder: None,
             secret_env: secret_env.iter().map(|s| s.to_string()).collect(),

@@ -271,10 +271,12 @@ async fn run_inner(
     })?;
     let op = plan.operation;
     let event_log = scratch.join(format!("events-{}.json", op.as_str()));
+    let plan_file = saved_plan_file(plan, &scratch)?;
     let ctx = OpContext {
         event_log: event_log.to_string_lossy().into_owned(),
         exec_agent: pulumi::exec_agent(),
         log_level: plan.pulumi_log_level,
+        plan_file: plan_file.as_ref().map(|f| f.to_string_lossy().into_owned()),
     };
     let mut options = plan.options.clone();
     let retry = options.retry_on_update_conflict;
@@ -326,6 +328,9 @@ async fn run_inner(
                 .take(pulumi_operator_api::plan::MAX_REPORTED_CHANGES)
                 .collect();
         }
+    }
+    if let (Operation::Preview, Some(file)) = (op, plan_file.as_ref()) {
+        hand_over_saved_plan(plan, file, &mut result)?;
     }
     let remove = op == Operation::Destroy && options.remove;
     if op != Operation::Preview && !remove {
@@ -384,6 +389,74 @@ async fn run_inner(
         check(&runner.run(&pulumi::stack_rm(stack)).await?, "stack rm")?;
     }
     Ok(result)
+}
+
+/// The file a preview saves its plan to, or the approved plan an up keeps to (written from
+/// the run plan); none for other operations.
+fn saved_plan_file(plan: &RunPlan, scratch: &Path) -> Result<Option<PathBuf>, Failure> {
+    match plan.operation {
+        Operation::Preview if plan.options.save_plan => Ok(Some(scratch.join("saved-plan.json"))),
+        Operation::Up => {
+            let Some(text) = plan.apply_plan.as_deref() else {
+                return Ok(None);
+            };
+            let file = scratch.join("approved-plan.json");
+            std::fs::write(&file, text).map_err(|e| {
+                Failure::new(
+                    FailureReason::UpdateFailed,
+                    format!("cannot write the approved plan to {}: {e}", file.display()),
+                )
+            })?;
+            log(format!(
+                "the update keeps to the approved plan ({} bytes)",
+                text.len()
+            ));
+            Ok(Some(file))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Seals the plan a preview saved into the pod's log for the operator (as outputs are: this
+/// pod needs no rights on Secrets, and the plan can only become its own Update's).
+fn hand_over_saved_plan(
+    plan: &RunPlan,
+    file: &Path,
+    result: &mut RunResult,
+) -> Result<(), Failure> {
+    use pulumi_operator_api::plan::MAX_SAVED_PLAN_BYTES;
+    use pulumi_operator_api::sealed;
+    let failed = |message: String| Failure::new(FailureReason::UpdateFailed, message);
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        failed(format!(
+            "the preview saved no plan at {}: {e}",
+            file.display()
+        ))
+    })?;
+    if text.len() > MAX_SAVED_PLAN_BYTES {
+        return Err(failed(format!(
+            "the saved plan is {} KiB, more than the {} KiB an approval can hold; split the stack \
+             or turn spec.approval off",
+            text.len() / 1024,
+            MAX_SAVED_PLAN_BYTES / 1024
+        )));
+    }
+    let Some(key) = plan.outputs_key.as_deref() else {
+        return Err(failed(
+            "the run plan has no key to seal the saved plan with".into(),
+        ));
+    };
+    let payload = sealed::OutputsPayload {
+        plan: Some(text),
+        ..Default::default()
+    };
+    let line = sealed::seal(key, &payload)
+        .map_err(|e| failed(format!("the saved plan cannot be sealed: {e}")))?;
+    log("the plan, handed to the operator sealed");
+    // Straight to the container's log, past the redactor: the line is ciphertext.
+    eprintln!("{}{line}", sealed::OUTPUTS_LINE_PREFIX);
+    result.outputs_digest = Some(sealed::digest(&line));
+    Ok(())
 }
 
 /// `stack select --create` (one process), or, when the Stack may not create its stack

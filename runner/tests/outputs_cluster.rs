@@ -22,6 +22,7 @@ fn plan(ns: &str, uid: &str) -> RunPlan {
         outputs_secret: "outputs-up-stack-outputs".into(),
         outputs_labels: BTreeMap::from([("pulumi.com/stack-name".into(), "outputs".into())]),
         outputs_key: None,
+        apply_plan: None,
         pulumi_log_level: None,
         lock_holder: None,
         secret_env: Vec::new(),

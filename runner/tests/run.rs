@@ -313,6 +313,62 @@ fn expect_no_changes_and_preview() {
     );
 }
 
+/// `spec.approval`: a preview that saves its plan hands it over sealed with the Update's key
+/// (nothing readable in the log); an `up` given that plan keeps to it, and fails once the
+/// program would do anything else.
+#[test]
+fn a_saved_plan_is_handed_over_sealed_and_an_up_keeps_to_it() {
+    use pulumi_operator_api::sealed;
+    let w = World::new();
+    w.fetch_program(RECORD);
+    w.run("run", &plan(Operation::Up, None), &[]).assert_ok();
+
+    w.fetch_program(&RECORD.replace("v: one", "v: two"));
+    let key = sealed::new_key().unwrap();
+    let mut preview = plan(Operation::Preview, None);
+    preview.options.save_plan = true;
+    preview.outputs_key = Some(key.clone());
+    let ran = w.run("run", &preview, &[]);
+    ran.assert_ok();
+    assert!(ran.stderr.contains("--save-plan="), "{}", ran.stderr);
+    let line = sealed::find_line(&ran.stderr).expect("a sealed line");
+    assert_eq!(ran.result.outputs_digest, Some(sealed::digest(line)));
+    assert!(
+        !ran.stderr.contains("resourcePlans"),
+        "the plan travels sealed"
+    );
+    let saved = sealed::open(&key, line)
+        .unwrap()
+        .plan
+        .expect("a saved plan");
+    assert!(saved.contains("resourcePlans"), "{saved}");
+
+    // Kept to: the up the plan was made for succeeds.
+    let mut up = plan(Operation::Up, None);
+    up.apply_plan = Some(saved.clone());
+    let ran = w.run("run", &up, &[]);
+    ran.assert_ok();
+    assert!(ran.stderr.contains("--plan="), "{}", ran.stderr);
+    assert_eq!(
+        w.pulumi(&["stack", "output", "v", "--stack", "dev"]).trim(),
+        "two"
+    );
+
+    // A program that changed since the plan: the up refuses to do anything else.
+    w.fetch_program(&RECORD.replace("v: one", "v: three"));
+    let ran = w.run("run", &up, &[]);
+    assert_eq!(ran.code, Some(1), "{:?}", ran.result);
+    assert!(
+        ran.result.message.contains("violates plan"),
+        "{}",
+        ran.result.message
+    );
+    assert_eq!(
+        w.pulumi(&["stack", "output", "v", "--stack", "dev"]).trim(),
+        "two"
+    );
+}
+
 #[test]
 fn stack_not_found_without_create() {
     let w = World::new();

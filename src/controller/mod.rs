@@ -719,7 +719,8 @@ fn branch_answers(ns: Option<String>) -> impl futures::Stream<Item = ObjectRef<S
 }
 
 /// Remembers, per Stack, what a reconcile acts on besides its status: the generation (spec
-/// and deletion), the `pulumi.com/reconciliation-request` annotation, and the finalizers.
+/// and deletion), the `pulumi.com/reconciliation-request` and `pulumi.com/approve-plan`
+/// annotations.
 #[derive(Default)]
 struct SpecChanges(std::collections::HashMap<String, String>);
 
@@ -739,12 +740,16 @@ impl SpecChanges {
         // Not the finalizers: adding ours would trigger a second reconcile of every new Stack
         // (the first goes on after adding it), and removing ours ends the Stack's reconciles.
         let key = format!(
-            "{:?}|{:?}|{:?}",
+            "{:?}|{:?}|{:?}|{:?}",
             stack.metadata.generation,
             stack
                 .annotations()
                 .get(pulumi_operator_api::names::RECONCILIATION_REQUEST_ANNOTATION),
             stack.metadata.deletion_timestamp.is_some(),
+            // An approval (spec.approval) lets a waiting plan go.
+            stack
+                .annotations()
+                .get(crate::stack::approval::APPROVE_ANNOTATION),
         );
         self.0.insert(uid, key.clone()).as_deref() != Some(key.as_str())
     }

@@ -19,6 +19,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::metrics::{StackLabels, UpdateLabels};
 use crate::source::{self, ResolveError, Resolved};
+use crate::stack::approval;
 use crate::stack::decide::{decide, Decision, Limits, Observed};
 use crate::stack::drift::{self, Finding};
 use crate::stack::inflight::{in_flight, owned_by, releasable, InFlight};
@@ -78,10 +79,14 @@ struct Pass<'a> {
     absorbed: Option<Arc<Update>>,
     /// What the absorbed Update found, when it was a drift check.
     drift_finding: Option<Finding>,
+    /// The plan the absorbed Update saved, when it was a plan for approval.
+    saved_plan: Option<String>,
+    /// An approval refused by this pass (its Warning Event is published when the pass ends).
+    refused_approval: Option<String>,
 }
 
 /// Why an operation runs.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 enum Purpose {
     /// The sync decision (`decide`).
     Sync,
@@ -89,6 +94,10 @@ enum Purpose {
     DriftCheck(jiff::Timestamp),
     /// An `up` that repairs drift.
     Remediation,
+    /// A preview that saves a plan for approval (`spec.approval`).
+    Plan,
+    /// The `up` of this approved plan.
+    ApplyPlan(String, approval::ApprovedBy),
 }
 
 /// What drift detection asks of a synced Stack.
@@ -176,6 +185,10 @@ pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
         Err(action) => return pass.finish(action).await,
     };
     let revision = source.revision().to_string();
+    if !approval::required(&stack.spec) {
+        // The gate was turned off: what it last said no longer holds.
+        approval::forget(&mut pass.status);
+    }
     let decision = pass.decide(&revision);
     let action = match decision {
         Decision::Synced { requeue } => match pass.drift_step() {
@@ -241,6 +254,8 @@ impl<'a> Pass<'a> {
             resource_version: stack.resource_version(),
             absorbed: None,
             drift_finding: None,
+            saved_plan: None,
+            refused_approval: None,
         })
     }
 
@@ -434,6 +449,17 @@ impl<'a> Pass<'a> {
             return Ok(());
         }
         let failed = status::update_failed(update);
+        if approval::saves_plan(update) && !failed {
+            // A saved plan deployed nothing: it waits for approval, `lastUpdate` is untouched.
+            // A failed one is `lastUpdate` (below), so that the usual backoff applies.
+            let plan = approval::absorb_plan(&mut self.status, update, &self.now);
+            self.saved_plan = Some(plan);
+            self.absorbed = Some(Arc::new(update.clone()));
+            return Ok(());
+        }
+        if let Some(plan) = approval::applied_plan(update) {
+            approval::mark_applied(&mut self.status, plan);
+        }
         let outputs = if failed {
             None
         } else {
@@ -466,6 +492,26 @@ impl<'a> Pass<'a> {
         let update = update.as_ref();
         if let Some(finding) = self.drift_finding.take() {
             self.announce_drift(finding).await;
+            prune_history(self.ctx, self.stack, &self.ns, &self.status).await;
+            release_update(self.ctx, &self.ns, &update.name_any(), Some(update)).await;
+            return;
+        }
+        if let Some(plan) = self.saved_plan.take() {
+            let changes = self
+                .status
+                .approval
+                .as_ref()
+                .map(|a| approval::summary(&a.changes))
+                .unwrap_or_default();
+            info!(%plan, %changes, "plan saved");
+            if changes != "no changes" {
+                self.publish(
+                    EventType::Normal,
+                    approval::REASON_AWAITING_APPROVAL,
+                    approval::waiting_message(&self.name, &self.status, None),
+                )
+                .await;
+            }
             prune_history(self.ctx, self.stack, &self.ns, &self.status).await;
             release_update(self.ctx, &self.ns, &update.name_any(), Some(update)).await;
             return;
@@ -706,6 +752,10 @@ impl<'a> Pass<'a> {
         revision: &str,
         purpose: Purpose,
     ) -> Result<Action> {
+        let (kind, purpose) = match self.approval_step(kind, purpose, revision) {
+            Ok(next) => next,
+            Err(waiting) => return Ok(waiting),
+        };
         let drift_check = match purpose {
             Purpose::DriftCheck(slot) => Some(slot),
             _ => None,
@@ -797,10 +847,15 @@ impl<'a> Pass<'a> {
         // Names derive from the status as this reconcile sees it (after absorbing).
         let mut view = self.stack.clone();
         view.status = Some(self.status.clone());
-        let update = match purpose {
-            Purpose::DriftCheck(slot) => drift::build_check(&view, revision, slot),
+        let update = match &purpose {
+            Purpose::DriftCheck(slot) => drift::build_check(&view, revision, *slot),
             Purpose::Remediation => drift::build_remediation(&view, &reason, revision),
             Purpose::Sync => build_update(&view, kind, &reason, revision),
+            Purpose::Plan => approval::build_plan(&view, &reason, revision),
+            Purpose::ApplyPlan(plan, _) => {
+                approval::mark_applying(&mut self.status, plan);
+                approval::build_apply(&view, kind, &reason, revision, plan)
+            }
         };
         let update_name = update.name_any();
         self.status.current_update = Some(CurrentStackUpdate {
@@ -831,8 +886,23 @@ impl<'a> Pass<'a> {
             // Transient: the next reconcile finds the claim without its Update and decides again.
             Err(e) => return Err(e),
         }
+        if let Purpose::ApplyPlan(plan, by) = &purpose {
+            let note = match by {
+                approval::ApprovedBy::Person => {
+                    format!("the plan {plan} was approved: applying it")
+                }
+                approval::ApprovedBy::NoChanges => {
+                    format!("the plan {plan} changes nothing: applying it without approval")
+                }
+            };
+            info!(%plan, "{note}");
+            self.publish(EventType::Normal, approval::EVENT_PLAN_APPROVED, note)
+                .await;
+        }
         if drift_check.is_some() {
             info!(update = %update_name, "drift check started");
+        } else if purpose == Purpose::Plan {
+            info!(update = %update_name, "saving a plan for approval");
         } else {
             self.publish(
                 EventType::Normal,
@@ -842,6 +912,76 @@ impl<'a> Pass<'a> {
             .await;
         }
         Ok(Action::await_change())
+    }
+
+    /// The approval gate (`spec.approval`) in front of a due `up`: save a plan first (a
+    /// preview), apply an approved plan, or wait (`Err`: the action while waiting).
+    fn approval_step(
+        &mut self,
+        kind: UpdateType,
+        purpose: Purpose,
+        revision: &str,
+    ) -> std::result::Result<(UpdateType, Purpose), Action> {
+        if !approval::required(&self.stack.spec)
+            || purpose != Purpose::Sync
+            || kind != UpdateType::Up
+        {
+            return Ok((kind, purpose));
+        }
+        let due = approval::Due {
+            generation: self.generation,
+            revision,
+            request: &self.request,
+        };
+        let approved = self
+            .stack
+            .annotations()
+            .get(approval::APPROVE_ANNOTATION)
+            .map(String::as_str);
+        match approval::step(&self.status, approved, &due) {
+            approval::Step::Plan => Ok((UpdateType::Preview, Purpose::Plan)),
+            approval::Step::Apply { plan, by } => Ok((kind, Purpose::ApplyPlan(plan, by))),
+            approval::Step::Wait { plan, refused } => {
+                let message =
+                    approval::waiting_message(&self.name, &self.status, refused.as_deref());
+                info!(%plan, "awaiting approval");
+                mark_reconciling(
+                    &mut self.status,
+                    approval::REASON_AWAITING_APPROVAL,
+                    &message,
+                    self.generation,
+                    &self.now,
+                );
+                let before = self
+                    .status
+                    .approval
+                    .as_ref()
+                    .and_then(|a| a.refused.clone());
+                if let (Some(r), Some(a)) = (&refused, self.status.approval.as_mut()) {
+                    if before.as_ref() != Some(r) {
+                        a.refused = Some(r.clone());
+                        self.refused_approval = Some(format!(
+                            "the approval of {r:?} was refused: the pending plan is {plan} \
+                             (kubectl logs job/{plan}); approve it with kubectl annotate stack {} \
+                             {}={plan} --overwrite",
+                            self.name,
+                            approval::APPROVE_ANNOTATION
+                        ));
+                    }
+                }
+                // A branch is still polled while the plan waits: a new commit makes a new plan.
+                let polled =
+                    self.stack.spec.git.branch.is_some() && self.stack.spec.git.commit.is_none();
+                Err(if polled {
+                    Action::requeue(crate::stack::decide::resync_period(
+                        &self.stack.spec,
+                        &self.limits(),
+                    ))
+                } else {
+                    Action::await_change()
+                })
+            }
+        }
     }
 
     /// A message naming the ServiceAccount, ConfigMaps and Secrets the operation's pod would
@@ -953,6 +1093,11 @@ impl<'a> Pass<'a> {
 
     async fn finish(mut self, action: Action) -> Result<Action> {
         self.save().await?;
+        if let Some(note) = self.refused_approval.take() {
+            warn!(%note, "approval refused");
+            self.publish(EventType::Warning, approval::EVENT_APPROVAL_REFUSED, note)
+                .await;
+        }
         update_metrics(self.ctx, self.stack, &self.status);
         Ok(action)
     }
@@ -1331,7 +1476,12 @@ async fn prune_history(ctx: &Context, stack: &Stack, ns: &str, status: &StackSta
         .and_then(|c| c.name.clone())
         .unwrap_or_default();
     let api: Api<Update> = Api::namespaced(ctx.client.clone(), ns);
-    for old in prereq::prune(&refs, ctx.config.update_history_limit, &[&last, &current]) {
+    let plan = approval::protected_plan(status).unwrap_or_default();
+    for old in prereq::prune(
+        &refs,
+        ctx.config.update_history_limit,
+        &[&last, &current, plan],
+    ) {
         match api
             .delete(&old, &kube::api::DeleteParams::background())
             .await

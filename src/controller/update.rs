@@ -416,16 +416,25 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         }
     }
     if let Progress::Succeeded { result, end } = &progress {
-        if let Some(digest) = result.outputs_digest.as_deref() {
-            if let Err(why) = collect_outputs(&ctx, &ns, &update, &pod_refs, digest).await? {
-                warn!(%why, "outputs unavailable");
-                progress = Progress::Failed {
-                    reason: names::UPDATE_REASON_OUTPUTS_UNAVAILABLE.into(),
-                    message: format!("the operation succeeded, but {why}"),
-                    result: Some(result.clone()),
-                    end: end.clone(),
-                };
-            }
+        let saves_plan = crate::stack::approval::saves_plan(&update);
+        let collected = match result.outputs_digest.as_deref() {
+            Some(digest) => collect_outputs(&ctx, &ns, &update, &pod_refs, digest).await?,
+            None if saves_plan => Err("its pod reported no saved plan".to_string()),
+            None => Ok(()),
+        };
+        if let Err(why) = collected {
+            warn!(%why, "outputs unavailable");
+            let reason = if saves_plan {
+                crate::stack::approval::REASON_PLAN_UNAVAILABLE
+            } else {
+                names::UPDATE_REASON_OUTPUTS_UNAVAILABLE
+            };
+            progress = Progress::Failed {
+                reason: reason.into(),
+                message: format!("the operation succeeded, but {why}"),
+                result: Some(result.clone()),
+                end: end.clone(),
+            };
         }
     }
     let status = status_for(&update, &progress, start, &now);
@@ -493,6 +502,79 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
             STUCK_AFTER_SECONDS as u64 / 4,
         ))),
     }
+}
+
+/// The text of the plan `approved` that the `up` `update` applies: from the Secret the
+/// operator wrote when that plan's preview ended, which must belong to that preview, itself
+/// an Update of the same Stack. `Ok(Err(why))`: the plan cannot be had.
+async fn approved_plan(
+    ctx: &Context,
+    ns: &str,
+    update: &Update,
+    approved: &str,
+) -> Result<std::result::Result<String, String>> {
+    use crate::stack::approval::{saved_plan_secret_name, saves_plan, SAVED_PLAN_KEY};
+    let stack_of = |u: &Update| {
+        u.owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))
+            .map(|o| o.uid.clone())
+    };
+    let preview = match ctx.stores.updates.get(&ObjectRef::new(approved).within(ns)) {
+        Some(p) => Some((*p).clone()),
+        None => {
+            Api::<Update>::namespaced(ctx.client.clone(), ns)
+                .get_opt(approved)
+                .await?
+        }
+    };
+    let Some(preview) = preview else {
+        return Ok(Err("its preview Update is gone".into()));
+    };
+    if !saves_plan(&preview)
+        || stack_of(&preview).is_none()
+        || stack_of(&preview) != stack_of(update)
+    {
+        return Ok(Err("it is not a plan of this Stack".into()));
+    }
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&saved_plan_secret_name(approved))
+        .await?
+        .filter(|s| owned_by_update(s, &preview));
+    let text = secret
+        .and_then(|s| s.data)
+        .and_then(|d| d.get(SAVED_PLAN_KEY).cloned())
+        .and_then(|b| String::from_utf8(b.0).ok());
+    Ok(text.ok_or_else(|| "its saved plan is gone".to_string()))
+}
+
+/// Keeps the plan a preview saved (`spec.approval`) in the Secret `<update>-saved-plan`, owned
+/// by the preview, until its `up` reads it. `Ok(Err(why))`: the plan cannot be kept.
+async fn keep_saved_plan(
+    secrets: &Api<Secret>,
+    ns: &str,
+    update: &Update,
+    plan: Option<String>,
+) -> Result<std::result::Result<(), String>> {
+    use crate::stack::approval::{saved_plan_secret_name, SAVED_PLAN_KEY};
+    let Some(plan) = plan else {
+        return Ok(Err("its pod reported no saved plan".into()));
+    };
+    if plan.len() > pulumi_operator_api::plan::MAX_SAVED_PLAN_BYTES {
+        return Ok(Err("its saved plan is larger than a plan may be".into()));
+    }
+    let name = saved_plan_secret_name(&update.name_any());
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {
+            "name": name, "namespace": ns, "labels": job_labels(update),
+            "ownerReferences": [update.controller_owner_ref(&())],
+        },
+        "immutable": true,
+        "type": "Opaque",
+        "stringData": {SAVED_PLAN_KEY: plan},
+    }))?;
+    create_secret_once(secrets, &secret, update, "saved plan").await
 }
 
 /// Writes the outputs Secret `<update>-stack-outputs` from the sealed line in the succeeded
@@ -564,6 +646,14 @@ async fn collect_outputs(
         Ok(p) => p,
         Err(e) => return Ok(Err(format!("its outputs cannot be opened: {e}"))),
     };
+    if crate::stack::approval::saves_plan(update) {
+        return keep_saved_plan(&secrets, ns, update, payload.plan).await;
+    }
+    if payload.plan.is_some() {
+        return Ok(Err(
+            "its pod reported a plan that it was not asked for".into()
+        ));
+    }
     let mut labels = plan.outputs_labels.clone();
     labels.insert("auto.pulumi.com/component".into(), "update".into());
     labels.insert(names::UPDATE_NAME_LABEL.into(), name.clone());
@@ -578,24 +668,32 @@ async fn collect_outputs(
         "type": "Opaque",
         "stringData": payload.data,
     }))?;
-    match secrets.create(&PostParams::default(), &secret).await {
+    create_secret_once(&secrets, &secret, update, "outputs").await
+}
+
+/// Creates a Secret of this Update's (outputs, saved plan) once: a Secret written by a
+/// reconcile just before this one is fine, somebody else's in the way is not.
+async fn create_secret_once(
+    secrets: &Api<Secret>,
+    secret: &Secret,
+    update: &Update,
+    what: &str,
+) -> Result<std::result::Result<(), String>> {
+    let name = secret.name_any();
+    match secrets.create(&PostParams::default(), secret).await {
         Ok(_) => {
-            info!(secret = %outputs_name, outputs = payload.data.len(), "wrote the outputs Secret");
+            info!(secret = %name, "wrote the {what} Secret");
             Ok(Ok(()))
         }
-        // Written by a reconcile just before this one, or somebody else's in the way.
-        Err(kube::Error::Api(e)) if e.code == 409 => {
-            Ok(match secrets.get_opt(&outputs_name).await? {
-                Some(existing) if !owned_by_update(&existing, update) => Err(format!(
-                    "a Secret {outputs_name} that does not belong to this Update is in the way"
-                )),
-                _ => Ok(()),
-            })
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(match secrets.get_opt(&name).await? {
+            Some(existing) if !owned_by_update(&existing, update) => Err(format!(
+                "a Secret {name} that does not belong to this Update is in the way"
+            )),
+            _ => Ok(()),
+        }),
+        Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => {
+            Ok(Err(format!("its {what} Secret was refused: {}", e.message)))
         }
-        Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => Ok(Err(format!(
-            "its outputs Secret was refused: {}",
-            e.message
-        ))),
         Err(e) => Err(e.into()),
     }
 }
@@ -734,6 +832,28 @@ async fn start(
                 .map(Started::Done);
         }
     };
+    let mut plan = plan;
+    if let Some(approved) = crate::stack::approval::applied_plan(update) {
+        match approved_plan(ctx, ns, update, approved).await? {
+            Ok(text) => plan.apply_plan = Some(text),
+            Err(why) => {
+                let message = format!(
+                    "the approved plan {approved} cannot be applied: {why}; the Stack saves a new \
+                     plan for approval"
+                );
+                return fail_before_start(
+                    ctx,
+                    api,
+                    update,
+                    crate::stack::approval::REASON_PLAN_UNAVAILABLE,
+                    message,
+                    now,
+                )
+                .await
+                .map(Started::Done);
+            }
+        }
+    }
     let program = matches!(plan.source, Some(Source::Program { .. }));
     let mut objects: Vec<Created> = Vec::new();
     if program {

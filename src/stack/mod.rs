@@ -1,4 +1,5 @@
 //! Pure parts of the Stack controller: the sync decision, the objects it creates, and status.
+pub mod approval;
 pub mod decide;
 pub mod drift;
 pub mod inflight;

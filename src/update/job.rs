@@ -186,6 +186,7 @@ pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, String> {
         remove: s.remove.unwrap_or(false),
         run_program: s.run_program,
         retry_on_update_conflict: annotation(RETRY_ON_CONFLICT_ANNOTATION),
+        save_plan: operation == Operation::Preview && crate::stack::approval::saves_plan(update),
     };
     let name = update.name_any();
     let secret = secret_env(ws);
@@ -204,6 +205,7 @@ pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, String> {
         outputs_secret: names::outputs_secret_name(&name),
         outputs_labels,
         outputs_key: None,
+        apply_plan: None,
         pulumi_log_level: spec.pulumi_log_level.filter(|l| *l > 0),
         lock_holder: Some(lock_holder(update)),
         secret_env: secret.names,

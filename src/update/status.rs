@@ -223,6 +223,27 @@ pub fn progress(job: Option<&Job>, pods: &[&Pod], now: jiff::Timestamp) -> Progr
         result: None,
         end: None,
     });
+    // A pod whose runner was interrupted (SIGTERM) may be seen stopped before its Job says
+    // why (the Job controller stops the pods of a Job past its deadline before it writes the
+    // condition): past the deadline, the Job's verdict (it always comes) names the cause.
+    let past_deadline = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.active_deadline_seconds)
+        .zip(job.status.as_ref().and_then(|s| s.start_time.as_ref()))
+        .is_some_and(|(secs, start)| now.as_second() >= start.0.as_second().saturating_add(secs));
+    let interrupted_without_verdict = past_deadline
+        && job_outcome.is_none()
+        && !job_complete
+        && first_finished.is_some_and(|o| {
+            matches!(o, Progress::Failed { result: Some(r), .. }
+                if r.reason == Some(pulumi_operator_api::plan::FailureReason::Interrupted))
+        });
+    if interrupted_without_verdict {
+        return Progress::Running {
+            message: "the operation was interrupted; waiting for its Job to say why".into(),
+        };
+    }
     let outcome = deadline
         .or(first_finished)
         .or(job_outcome.as_ref())
@@ -474,6 +495,18 @@ fn reported_changes(result: &RunResult) -> (Option<i64>, Vec<ResourceChange>) {
     (changed, changes)
 }
 
+/// A preview's counts of planned changes by operation (from its summary), only the known
+/// operations and bounded values.
+fn reported_counts(result: &RunResult) -> std::collections::BTreeMap<String, i64> {
+    result
+        .summary
+        .iter()
+        .flat_map(|s| s.resource_changes.iter())
+        .filter(|(op, _)| matches!(op.as_str(), "create" | "update" | "replace" | "delete"))
+        .map(|(op, n)| (op.clone(), (*n).clamp(0, i64::from(u32::MAX))))
+        .collect()
+}
+
 /// The Update's status for a progress, keeping transition times of unchanged conditions.
 pub fn status_for(
     update: &Update,
@@ -521,6 +554,7 @@ pub fn status_for(
             st.outputs = result.outputs.clone();
             st.project_info = result.project.clone();
             (st.changed, st.changes) = reported_changes(result);
+            st.change_counts = reported_counts(result);
             st.message = Some(if result.message.is_empty() {
                 "succeeded".into()
             } else {
@@ -868,6 +902,14 @@ mod tests {
         let stopped = pod(
             json!({"phase": "Failed", "containerStatuses": [terminated("pulumi", 1, "Error", &interrupted.to_termination_message())]}),
         );
+        // Seen past the deadline before the Job says why: not final yet.
+        let mut late = job(json!([]));
+        late.status.as_mut().unwrap().start_time =
+            Some(Time(now() - jiff::SignedDuration::from_secs(61)));
+        assert!(matches!(
+            progress(Some(&late), &[&stopped], now()),
+            Progress::Running { .. }
+        ));
         match progress(Some(&target), &[&stopped], now()) {
             Progress::Failed {
                 reason, message, ..

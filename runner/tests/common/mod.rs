@@ -244,6 +244,7 @@ pub fn plan(operation: Operation, source: Option<Source>) -> RunPlan {
         outputs_secret: "st-up-1-stack-outputs".into(),
         outputs_labels: Default::default(),
         outputs_key: None,
+        apply_plan: None,
         pulumi_log_level: None,
         lock_holder: None,
         secret_env: Vec::new(),
