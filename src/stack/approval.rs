@@ -111,13 +111,26 @@ fn changes_nothing(a: &ApprovalStatus) -> bool {
 /// The next step of a due `up` of a gated Stack, given the Stack's status and its
 /// [`APPROVE_ANNOTATION`].
 pub fn step(status: &StackStatus, approved: Option<&str>, due: &Due<'_>) -> Step {
-    let pending = status.approval.as_ref().filter(|a| {
-        a.state == Some(ApprovalState::AwaitingApproval) && a.plan.is_some() && made_for(a, due)
-    });
-    let Some(pending) = pending else {
+    let Some(pending) = status
+        .approval
+        .as_ref()
+        .filter(|a| a.plan.is_some() && made_for(a, due))
+    else {
         return Step::Plan;
     };
     let plan = pending.plan.clone().unwrap_or_default();
+    match pending.state {
+        Some(ApprovalState::AwaitingApproval) => {}
+        // Approved, and its `up` was claimed but may not have been created (an API error):
+        // the same `up` again (its name is deterministic: found if it exists).
+        Some(ApprovalState::Applying) => {
+            return Step::Apply {
+                plan,
+                by: ApprovedBy::Person,
+            }
+        }
+        _ => return Step::Plan,
+    }
     if changes_nothing(pending) {
         return Step::Apply {
             plan,
@@ -132,7 +145,8 @@ pub fn step(status: &StackStatus, approved: Option<&str>, due: &Due<'_>) -> Step
         // The approval of the plan applied last is not a new approval: it is just still there.
         Some(a) if Some(a) != pending.last_applied.as_deref() => Step::Wait {
             plan,
-            refused: Some(a.to_string()),
+            // An object name is at most 253 characters; anything longer is cut for messages.
+            refused: Some(a.chars().take(253).collect()),
         },
         _ => Step::Wait {
             plan,
@@ -393,6 +407,14 @@ mod tests {
         assert!(!saves_plan(&up));
         mark_applying(&mut status, &plan_name);
         assert_eq!(protected_plan(&status), Some(plan_name.as_str()));
+        // Claimed but perhaps never created: applied again, whatever the annotation says now.
+        assert_eq!(
+            step(&status, None, &due()),
+            Step::Apply {
+                plan: plan_name.clone(),
+                by: ApprovedBy::Person
+            }
+        );
 
         // Used up: a retry of the same trigger saves a new plan, under a new name.
         mark_applied(&mut status, &plan_name);
