@@ -455,6 +455,19 @@ fn events(f: &StackFixture, reason: &str) -> String {
     ])
 }
 
+/// What the README tells a person to run to approve a plan.
+fn approve(f: &StackFixture, plan: &str) {
+    kubectl(&[
+        "-n",
+        f.ns(),
+        "annotate",
+        "stack",
+        "app",
+        &format!("pulumi.com/approve-plan={plan}"),
+        "--overwrite",
+    ]);
+}
+
 fn target_exists(f: &StackFixture) -> bool {
     !kubectl(&[
         "-n",
@@ -538,15 +551,7 @@ async fn a_gated_stack_applies_only_the_plan_a_person_approved() {
     let second = pending_plan(&replanned).unwrap();
 
     // Approving the stale plan is refused, and applies nothing.
-    kubectl(&[
-        "-n",
-        f.ns(),
-        "annotate",
-        "stack",
-        "app",
-        &format!("pulumi.com/approve-plan={first}"),
-        "--overwrite",
-    ]);
+    approve(&f, &first);
     wait_until(T, "the stale approval refused", || async {
         events(&f, "ApprovalRefused").contains(&first)
     })
@@ -570,15 +575,7 @@ async fn a_gated_stack_applies_only_the_plan_a_person_approved() {
     );
 
     // Approving the pending plan applies it.
-    kubectl(&[
-        "-n",
-        f.ns(),
-        "annotate",
-        "stack",
-        "app",
-        &format!("pulumi.com/approve-plan={second}"),
-        "--overwrite",
-    ]);
+    approve(&f, &second);
     let applied = f
         .wait_stack_for(T, "app", "the approved plan applied", stack_ready)
         .await;
