@@ -961,7 +961,7 @@ impl<'a> Pass<'a> {
                     if before.as_ref() != Some(r) {
                         a.refused = Some(r.clone());
                         self.refused_approval = Some(format!(
-                            "the approval of {r:?} was refused: the pending plan is {plan} \
+                            "the approval of {r:?} was refused: it names a stale or unknown plan; the pending plan is {plan} \
                              (kubectl logs job/{plan}); approve it with kubectl annotate stack {} \
                              {}={plan} --overwrite",
                             self.name,

@@ -184,7 +184,7 @@ pub fn waiting_message(stack: &str, status: &StackStatus, refused: Option<&str>)
     );
     if let Some(r) = refused {
         message.push_str(&format!(
-            "; the approval of {r:?} was refused: it is not the pending plan"
+            "; the approval of {r:?} was refused: it names a stale or unknown plan, not the pending one"
         ));
     }
     message
