@@ -1,9 +1,8 @@
 //! What every reconcile shares: the client, the event recorder, metrics and configuration.
 
+use crate::cached::{CachedJob, CachedPod};
 use crate::config::Config;
 use crate::metrics::Metrics;
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::Client;
@@ -21,8 +20,8 @@ pub struct Stores {
     pub updates: Store<Update>,
     pub programs: Store<Program>,
     pub workspaces: Store<Workspace>,
-    pub jobs: Store<Job>,
-    pub pods: Store<Pod>,
+    pub jobs: Store<CachedJob>,
+    pub pods: Store<CachedPod>,
 }
 
 pub struct Context {

@@ -1,6 +1,7 @@
 //! pulumi-operator: deploys Pulumi stacks declared as Kubernetes objects (the Pulumi
 //! Kubernetes Operator's API), running every stack operation as a Kubernetes Job.
 
+mod cached;
 mod config;
 mod context;
 mod controller;
@@ -97,10 +98,21 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
     config.runner_image = resolve_runner_image(&client, &config).await;
     info!(runner_image = %config.runner_image, "runner image");
     ready.store(true, Ordering::Relaxed);
+    let streaming_lists = controller::streaming_lists_supported(&client, &config).await;
+    info!(
+        streaming_lists,
+        "initial lists of the watches are {}",
+        if streaming_lists {
+            "streamed (one object at a time)"
+        } else {
+            "paginated"
+        }
+    );
     let scope = controller::Scope {
         client: client.clone(),
         config: config.clone(),
         metrics,
+        streaming_lists,
     };
 
     if config.leader_elect {

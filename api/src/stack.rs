@@ -230,7 +230,7 @@ pub struct StackSpec {
     /// securityProfile, podTemplate, pulumiLogLevel, ...) and metadata. Applied as a strategic
     /// merge patch over the generated Workspace, i.e. over every operation's pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workspace_template: Option<WorkspaceTemplate>,
+    pub workspace_template: Option<Box<WorkspaceTemplate>>,
 
     /// What to keep of the stack's workspace between operations, once the stack has reached
     /// its desired state. Allowed values: `Delete` (the default) and `Retain`.
@@ -258,7 +258,7 @@ pub struct StackSpec {
     /// `spec.ttlAfterCompleted`, `spec.parallel`, `spec.continueOnError`, `spec.replace`,
     /// labels and annotations). Applied as a strategic merge patch over each generated Update.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub update_template: Option<UpdateTemplate>,
+    pub update_template: Option<Box<UpdateTemplate>>,
 
     /// Alias (not in PKO's Stack API; some PKO documentation shows it): the Pulumi CLI log
     /// verbosity for every operation, shorthand for `workspaceTemplate.spec.pulumiLogLevel`
@@ -434,7 +434,7 @@ pub struct GitSource {
     /// Credentials for a private repository: exactly one of `accessToken`, `sshAuth`,
     /// `basicAuth` or `githubApp`, each read from Secrets in the Stack's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub git_auth: Option<GitAuthConfig>,
+    pub git_auth: Option<Box<GitAuthConfig>>,
 
     /// Deprecated: use `gitAuth` instead. Name of a Secret in the Stack's namespace with git
     /// credentials under the keys `sshPrivateKey` (optionally with `password`), `accessToken`,

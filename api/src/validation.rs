@@ -808,15 +808,15 @@ mod tests {
     #[test]
     fn git_auth_rules() {
         let mut spec = git_spec();
-        spec.git.git_auth = Some(GitAuthConfig::default());
+        spec.git.git_auth = Some(Box::default());
         assert!(errors(&spec)[0].contains("must specify exactly one of"));
-        spec.git.git_auth = Some(GitAuthConfig {
+        spec.git.git_auth = Some(Box::new(GitAuthConfig {
             basic_auth: Some(BasicAuth {
                 user_name: ResourceRef::literal("me"),
                 password: ResourceRef::secret("git", "password"),
             }),
             ..GitAuthConfig::default()
-        });
+        }));
         assert_eq!(
             errors(&spec),
             [

@@ -147,7 +147,7 @@ pub struct WorkspaceGitSource {
     pub dir: Option<String>,
     /// Credentials, from Secrets in the Workspace's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub auth: Option<WorkspaceGitAuth>,
+    pub auth: Option<Box<WorkspaceGitAuth>>,
     /// Make a shallow clone.
     #[serde(default, skip_serializing_if = "is_false")]
     pub shallow: bool,

@@ -6,12 +6,12 @@ pub mod stack;
 pub mod update;
 pub mod workspace;
 
+use crate::cached::{CachedJob, CachedPod};
 use crate::context::{Context, Stores};
 use crate::error::{backoff, Error};
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::NamespaceResourceScope;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -78,6 +78,54 @@ pub async fn check_crds_installed(client: &kube::Client) -> Result<(), StartChec
     } else {
         Err(StartCheck::Missing(missing.join("; ")))
     }
+}
+
+/// Whether the API server streams a watch's initial objects (`sendInitialEvents`, the
+/// WatchList feature, on by default since Kubernetes 1.34). A streamed initial list arrives one
+/// object at a time; a list response is read whole and decoded at once, which at start-up with
+/// thousands of Stacks is the operator's memory peak (the API server answers a list served
+/// from its watch cache in one piece, whatever the page size). Asked with a watch that selects
+/// nothing: a server without the feature either refuses the parameter or ignores it and never
+/// sends the bookmark that ends the initial events.
+pub async fn streaming_lists_supported(
+    client: &kube::Client,
+    config: &crate::config::Config,
+) -> bool {
+    use kube::api::{WatchEvent, WatchParams};
+    let namespaces = config.watched_namespaces();
+    let api: Api<Stack> = match namespaces.first() {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let params = WatchParams::default()
+        .labels("pulumi.com/watch-list-probe=none")
+        .timeout(5)
+        .initial_events();
+    let probe = async {
+        let mut events = match api.watch(&params, "0").await {
+            Ok(events) => events.boxed(),
+            Err(e) => {
+                tracing::debug!("streaming lists refused: {e}");
+                return false;
+            }
+        };
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(WatchEvent::Bookmark(b)) => {
+                    return b
+                        .metadata
+                        .annotations
+                        .contains_key("k8s.io/initial-events-end")
+                }
+                Ok(_) => continue,
+                Err(_) => return false,
+            }
+        }
+        false
+    };
+    tokio::time::timeout(Duration::from_secs(10), probe)
+        .await
+        .unwrap_or(false)
 }
 
 /// The Stack that controls `obj` (matched by UID): from the cache, else from the API server.
@@ -183,6 +231,8 @@ pub struct Scope {
     pub client: kube::Client,
     pub config: crate::config::Config,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Initial lists come as streamed watch events (see [`streaming_lists_supported`]).
+    pub streaming_lists: bool,
 }
 
 fn api<K>(client: &kube::Client, ns: Option<&str>) -> Api<K>
@@ -290,49 +340,6 @@ fn trim_metadata(meta: &mut kube::core::ObjectMeta) {
     }
 }
 
-/// Only the volumes that mount a claim.
-fn claim_volumes(
-    volumes: Option<Vec<k8s_openapi::api::core::v1::Volume>>,
-) -> Option<Vec<k8s_openapi::api::core::v1::Volume>> {
-    volumes.map(|v| {
-        v.into_iter()
-            .filter(|v| v.persistent_volume_claim.is_some())
-            .map(|v| k8s_openapi::api::core::v1::Volume {
-                name: v.name,
-                persistent_volume_claim: v.persistent_volume_claim,
-                ..Default::default()
-            })
-            .collect()
-    })
-}
-
-impl Trim for Pod {
-    fn trim(&mut self) {
-        trim_metadata(&mut self.metadata);
-        if let Some(spec) = self.spec.as_mut() {
-            *spec = k8s_openapi::api::core::v1::PodSpec {
-                volumes: claim_volumes(spec.volumes.take()),
-                ..Default::default()
-            };
-        }
-    }
-}
-
-impl Trim for Job {
-    fn trim(&mut self) {
-        trim_metadata(&mut self.metadata);
-        if let Some(spec) = self.spec.as_mut() {
-            spec.template.metadata = None;
-            if let Some(pod) = spec.template.spec.as_mut() {
-                *pod = k8s_openapi::api::core::v1::PodSpec {
-                    volumes: claim_volumes(pod.volumes.take()),
-                    ..Default::default()
-                };
-            }
-        }
-    }
-}
-
 macro_rules! trim_metadata_only {
     ($($kind:ty),*) => {
         $(impl Trim for $kind {
@@ -343,6 +350,8 @@ macro_rules! trim_metadata_only {
     };
 }
 trim_metadata_only!(
+    CachedJob,
+    CachedPod,
     Stack,
     Update,
     Program,
@@ -358,15 +367,21 @@ fn run_in(
 ) -> (Vec<Running>, Store<Stack>, Store<Program>) {
     let client = &scope.client;
     let config = ControllerConfig::default().concurrency(scope.config.concurrency);
-    let wc = || watcher::Config::default().any_semantic();
-    let ours = || {
-        watcher::Config::default()
-            .any_semantic()
-            .labels(pulumi_operator_api::names::UPDATE_NAME_LABEL)
+    let streaming = scope.streaming_lists;
+    let wc = move || {
+        let cfg = watcher::Config::default().any_semantic();
+        if streaming {
+            cfg.streaming_lists()
+        } else {
+            // Pages bound a list's memory where the API server honours them (lists it does not
+            // serve from its watch cache).
+            cfg.page_size(100)
+        }
     };
+    let ours = move || wc().labels(pulumi_operator_api::names::UPDATE_NAME_LABEL);
 
-    let (jobs, mut job_subs, job_driver) = shared(api::<Job>(client, ns), ours(), 1);
-    let (pods, mut pod_subs, pod_driver) = shared(api::<Pod>(client, ns), ours(), 1);
+    let (jobs, mut job_subs, job_driver) = shared(api::<CachedJob>(client, ns), ours(), 1);
+    let (pods, mut pod_subs, pod_driver) = shared(api::<CachedPod>(client, ns), ours(), 1);
     let (updates, mut update_subs, update_driver) = shared(api::<Update>(client, ns), wc(), 2);
     let (programs, mut program_subs, program_driver) = shared(api::<Program>(client, ns), wc(), 2);
     let (workspaces, mut workspace_subs, workspace_driver) =
@@ -516,9 +531,9 @@ fn run_in(
         Some(ObjectRef::new(name).within(o.ns()?))
     };
     let job_triggers =
-        job_events.filter_map(move |j: Arc<Job>| async move { by_label(j.as_ref()) });
+        job_events.filter_map(move |j: Arc<CachedJob>| async move { by_label(j.as_ref()) });
     let pod_triggers =
-        pod_events.filter_map(move |p: Arc<Pod>| async move { by_label(p.as_ref()) });
+        pod_events.filter_map(move |p: Arc<CachedPod>| async move { by_label(p.as_ref()) });
     let updates_for_workspaces = updates.clone();
     let updates_filled = updates.clone();
     let update_run = Controller::for_shared_stream(update_primary, updates)
@@ -550,7 +565,7 @@ fn run_in(
     // (ours only, by label) trigger their Workspace, and so does a change of the owning Stack
     // (same name), e.g. of its reclaim policy.
     let workspace_parts = || {
-        watcher::Config::default().any_semantic().labels(&format!(
+        wc().labels(&format!(
             "{}={}",
             pulumi_operator_api::names::AUTO_COMPONENT_LABEL,
             pulumi_operator_api::names::AUTO_COMPONENT_WORKSPACE
@@ -792,7 +807,7 @@ mod tests {
 
     #[test]
     fn caches_keep_what_decisions_read() {
-        let mut job: Job = serde_json::from_value(serde_json::json!({
+        let mut job: CachedJob = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "u", "namespace": "n", "labels": {"a": "b"}, "ownerReferences": [{"apiVersion": "v1",
                 "kind": "Update", "name": "u", "uid": "1"}],
                 "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}", "keep": "1"},
@@ -810,7 +825,6 @@ mod tests {
         assert_eq!(spec.parallelism, Some(1));
         assert_eq!(spec.active_deadline_seconds, Some(60));
         let pod = spec.template.spec.as_ref().unwrap();
-        assert!(pod.containers.is_empty());
         assert_eq!(pod.volumes.as_ref().unwrap().len(), 1);
         assert!(crate::controller::workspace::jobs_mount_claim(
             &[Arc::new(job.clone())],

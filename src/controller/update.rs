@@ -2,6 +2,7 @@
 //! functions), and the Job and its pod are folded back into the Update's status. Finished
 //! Updates are deleted after `ttlAfterCompleted`.
 
+use crate::cached::{CachedJob, CachedPod};
 use crate::context::Context;
 use crate::controller::program::render_project;
 use crate::error::{Error, Result};
@@ -157,7 +158,7 @@ fn owned_by_update<K: Resource>(obj: &K, update: &Update) -> bool {
 }
 
 /// The Update's Job from the cache, if it is this Update's own.
-fn own_job(ctx: &Context, update: &Update, ns: &str) -> Option<Arc<Job>> {
+fn own_job(ctx: &Context, update: &Update, ns: &str) -> Option<Arc<CachedJob>> {
     ctx.stores
         .jobs
         .get(&ObjectRef::new(&update.name_any()).within(ns))
@@ -167,11 +168,11 @@ fn own_job(ctx: &Context, update: &Update, ns: &str) -> Option<Arc<Job>> {
 /// Tells a Job to start no further pod (the operation is over, or must never start: a pod
 /// created later would run an operation nobody waits for). The Job controller stops the
 /// pods it still runs.
-async fn stop_job(ctx: &Context, ns: &str, job: &Job) -> Result<()> {
+async fn stop_job(ctx: &Context, ns: &str, job: &CachedJob) -> Result<()> {
     if job.spec.as_ref().and_then(|s| s.parallelism) == Some(0) {
         return Ok(());
     }
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let jobs: Api<CachedJob> = Api::namespaced(ctx.client.clone(), ns);
     let patch = serde_json::json!({"spec": {"parallelism": 0}});
     match jobs
         .patch(
@@ -300,7 +301,7 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         // The cache may not have a Job created a moment ago: ask before concluding it is gone.
         // (Not before a first start: creating a Job that exists is answered with a conflict,
         // and `create_owned` then reads it.)
-        job = Api::<Job>::namespaced(ctx.client.clone(), &ns)
+        job = Api::<CachedJob>::namespaced(ctx.client.clone(), &ns)
             .get_opt(&name)
             .await?
             .filter(|j| owned_by_update(j, &update))
@@ -361,7 +362,7 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         }
     }
 
-    let pods: Vec<Arc<Pod>> = ctx
+    let pods: Vec<Arc<CachedPod>> = ctx
         .stores
         .pods
         .state()
@@ -372,7 +373,7 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
                 && job.is_some_and(|j| owned_by_job(p, j))
         })
         .collect();
-    let pod_refs: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
+    let pod_refs: Vec<&CachedPod> = pods.iter().map(|p| p.as_ref()).collect();
     // Never without a start once the Job exists (see `start`).
     let start = job.and_then(|j| {
         j.status
@@ -584,7 +585,7 @@ async fn collect_outputs(
     ctx: &Context,
     ns: &str,
     update: &Update,
-    pods: &[&Pod],
+    pods: &[&CachedPod],
     digest: &str,
 ) -> Result<std::result::Result<(), String>> {
     use pulumi_operator_api::plan::{plan_secret_name, RunPlan, PLAN_KEY};
@@ -605,7 +606,7 @@ async fn collect_outputs(
         ));
     };
     // The pod whose `pulumi` container ended well (its phase may not say so yet).
-    let ended_well = |p: &Pod| {
+    let ended_well = |p: &CachedPod| {
         p.status
             .as_ref()
             .and_then(|s| s.container_statuses.as_ref())
@@ -698,7 +699,7 @@ async fn create_secret_once(
     }
 }
 
-fn owned_by_job(pod: &Pod, job: &Job) -> bool {
+fn owned_by_job(pod: &CachedPod, job: &CachedJob) -> bool {
     let uid = job.uid().unwrap_or_default();
     pod.owner_references().iter().any(|o| o.uid == uid)
 }
@@ -710,8 +711,8 @@ async fn latest_warning(
     ctx: &Context,
     ns: &str,
     waiting: &NotStarted,
-    job: &Job,
-    pods: &[&Pod],
+    job: &CachedJob,
+    pods: &[&CachedPod],
 ) -> Option<(String, String)> {
     let uid = match &waiting.pod {
         None => job.uid(),

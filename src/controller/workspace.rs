@@ -16,6 +16,7 @@
 //! A Workspace without an owning Stack is a template only (as with `Delete`). Everything is
 //! read from watch caches; a write happens only when something must change.
 
+use crate::cached::{CachedJob, CachedPod, CachedPodSpec};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::update::job::JobConfig;
@@ -24,8 +25,7 @@ use crate::workspace::statefulset::{
     self as retained, cache_claim_name, pod_name, statefulset_name, APPLIED_HASH_ANNOTATION,
 };
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodSpec, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -192,7 +192,7 @@ pub fn rollout(sts: &StatefulSet) -> (bool, bool) {
 }
 
 /// Whether an unfinished Job in `ns` mounts `claim`.
-pub fn jobs_mount_claim(jobs: &[Arc<Job>], ns: &str, claim: &str) -> bool {
+pub fn jobs_mount_claim(jobs: &[Arc<CachedJob>], ns: &str, claim: &str) -> bool {
     jobs.iter().any(|j| {
         j.namespace().as_deref() == Some(ns)
             && !job_finished(j)
@@ -204,14 +204,14 @@ pub fn jobs_mount_claim(jobs: &[Arc<Job>], ns: &str, claim: &str) -> bool {
 }
 
 /// Whether a pod in `ns` (in any phase) references `claim`.
-pub fn pods_mount_claim(pods: &[Arc<Pod>], ns: &str, claim: &str) -> bool {
+pub fn pods_mount_claim(pods: &[Arc<CachedPod>], ns: &str, claim: &str) -> bool {
     pods.iter().any(|p| {
         p.namespace().as_deref() == Some(ns)
             && p.spec.as_ref().is_some_and(|s| spec_mounts(s, claim))
     })
 }
 
-fn spec_mounts(spec: &PodSpec, claim: &str) -> bool {
+fn spec_mounts(spec: &CachedPodSpec, claim: &str) -> bool {
     spec.volumes.iter().flatten().any(|v| {
         v.persistent_volume_claim
             .as_ref()
@@ -623,7 +623,7 @@ mod tests {
 
     #[test]
     fn the_cache_is_in_use_while_an_unfinished_job_mounts_it() {
-        let job = |finished: bool, claim: &str| -> Arc<Job> {
+        let job = |finished: bool, claim: &str| -> Arc<CachedJob> {
             let conditions = if finished {
                 json!([{"type": "Complete", "status": "True"}])
             } else {
@@ -645,7 +645,7 @@ mod tests {
         assert!(!jobs_mount_claim(&[job(true, claim)], "apps", claim));
         assert!(!jobs_mount_claim(&[job(false, "other")], "apps", claim));
         assert!(!jobs_mount_claim(&[job(false, claim)], "elsewhere", claim));
-        let pod: Arc<Pod> = Arc::new(
+        let pod: Arc<CachedPod> = Arc::new(
             serde_json::from_value(json!({
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": "u-abc", "namespace": "apps"},

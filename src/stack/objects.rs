@@ -267,7 +267,7 @@ fn workspace_source(
                 dir: dir.clone(),
                 shallow: *shallow,
                 // Secret references only; the Job's fetch container gets them as GIT_* env.
-                auth: crate::source::auth::workspace_git_auth(&spec.git),
+                auth: crate::source::auth::workspace_git_auth(&spec.git).map(Box::new),
                 ..Default::default()
             }),
             None,

@@ -1,8 +1,8 @@
 //! Update status from what Kubernetes and the runner report: the Job, its pod (container
 //! states and the runner's result in the termination message). Pure: the I/O loop feeds it.
 
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use crate::cached::{CachedJob as Job, CachedPod as Pod};
+use k8s_openapi::api::core::v1::ContainerStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use pulumi_operator_api::names;
 use pulumi_operator_api::plan::{Outcome, RunResult, MAX_REPORTED_CHANGES};
