@@ -128,18 +128,25 @@ impl Context {
             update.namespace().unwrap_or_default(),
             update.name_any()
         );
-        let written = self.update_status.lock().ok().and_then(|w| {
-            w.get(&key)
-                .filter(|(uid, _)| Some(uid) == update.uid().as_ref())
-                .map(|(_, s)| s.clone())
+        let written = self.update_status.lock().ok().and_then(|mut w| {
+            let (uid, status) = w.get(&key)?;
+            if Some(uid) != update.uid().as_ref() {
+                return None;
+            }
+            if update.status.as_ref() == Some(status) {
+                // The cache has caught up: it alone is kept from now on.
+                w.remove(&key);
+                return None;
+            }
+            Some(status.clone())
         });
         match written {
-            Some(s) if update.status.as_ref() != Some(&s) => {
+            Some(s) => {
                 let mut newer = (*update).clone();
                 newer.status = Some(s);
                 Arc::new(newer)
             }
-            _ => update,
+            None => update,
         }
     }
 

@@ -878,6 +878,13 @@ mod tests {
         other.metadata.uid = Some("2".into());
         assert!(ctx.with_written_status(Arc::new(other)).status.is_none());
         ctx.forget("update", "ns", "u");
+        assert!(ctx.with_written_status(cached.clone()).status.is_none());
+        // Once the cache shows what was written, only the cache is kept.
+        ctx.wrote_update_status(&update, &written);
+        let mut caught_up = update.clone();
+        caught_up.status = Some(written.clone());
+        let seen = ctx.with_written_status(Arc::new(caught_up));
+        assert_eq!(seen.status.as_ref(), Some(&written));
         assert!(ctx.with_written_status(cached).status.is_none());
     }
 
