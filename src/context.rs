@@ -3,7 +3,7 @@
 use crate::cached::{CachedJob, CachedPod};
 use crate::config::Config;
 use crate::metrics::Metrics;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
 use kube::Client;
 use pulumi_operator_api::{Program, Stack, Update, Workspace};
@@ -29,7 +29,7 @@ pub struct Context {
     pub stores: Stores,
     pub config: Config,
     pub metrics: Arc<Metrics>,
-    pub recorder: Recorder,
+    pub events: crate::events::Publisher,
     /// What tenants may ask for (from the configuration).
     pub policy: crate::policy::Policy,
     /// ServiceAccounts, Secrets and ConfigMaps operations need, seen a moment ago.
@@ -49,12 +49,8 @@ const RECENTLY_SEEN: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Context {
     pub fn new(client: Client, config: Config, metrics: Arc<Metrics>, stores: Stores) -> Context {
-        let reporter = Reporter {
-            controller: REPORTER.into(),
-            instance: Some(config.identity()),
-        };
         Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            events: crate::events::Publisher::new(client.clone(), REPORTER, &config.identity()),
             policy: config.policy(),
             client,
             stores,
@@ -160,14 +156,14 @@ impl Context {
         action: &str,
         note: String,
     ) {
-        let event = Event {
+        let note = bounded_note(note);
+        let event = crate::events::Note {
             type_,
-            reason: reason.into(),
-            note: Some(bounded_note(note)),
-            action: action.into(),
-            secondary: None,
+            reason,
+            action,
+            note: &note,
         };
-        if let Err(e) = self.recorder.publish(&event, object).await {
+        if let Err(e) = self.events.publish(object, &event).await {
             tracing::warn!("cannot record event {reason}: {e}");
         }
     }

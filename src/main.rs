@@ -7,6 +7,7 @@ mod context;
 mod controller;
 mod duration;
 mod error;
+mod events;
 mod http;
 mod leader;
 mod merge;
