@@ -108,7 +108,7 @@ impl Context {
                     update.namespace().unwrap_or_default(),
                     update.name_any()
                 ),
-                (update.uid().unwrap_or_default(), status.clone()),
+                (update.uid().unwrap_or_default(), as_stored(status)),
             );
         }
     }
@@ -167,6 +167,14 @@ impl Context {
             tracing::warn!("cannot record event {reason}: {e}");
         }
     }
+}
+
+/// `status` as the API server stores and returns it (times to the second), so that a cached
+/// copy can be seen to have caught up with it.
+fn as_stored(status: &pulumi_operator_api::UpdateStatus) -> pulumi_operator_api::UpdateStatus {
+    serde_json::to_value(status)
+        .and_then(serde_json::from_value)
+        .unwrap_or_else(|_| status.clone())
 }
 
 /// The longest event note the API server accepts, in bytes.

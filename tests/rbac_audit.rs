@@ -49,6 +49,30 @@ const NOT_REQUESTS: &[(&str, &str, &str, &str)] = &[
          cluster where it already exists does not see that request",
     ),
     (
+        "",
+        "pods",
+        "list",
+        "the watches' initial list where the API server does not stream it (no WatchList feature); on this cluster it streams, which is authorized as watch",
+    ),
+    (
+        "batch",
+        "jobs",
+        "list",
+        "the watches' initial list where the API server does not stream it (no WatchList feature); on this cluster it streams, which is authorized as watch",
+    ),
+    (
+        "apps",
+        "statefulsets",
+        "list",
+        "the watches' initial list where the API server does not stream it (no WatchList feature); on this cluster it streams, which is authorized as watch",
+    ),
+    (
+        "",
+        "persistentvolumeclaims",
+        "list",
+        "the watches' initial list where the API server does not stream it (no WatchList feature); on this cluster it streams, which is authorized as watch",
+    ),
+    (
         "pulumi.com",
         "programs",
         "get",

@@ -81,7 +81,7 @@ pub async fn check_crds_installed(client: &kube::Client) -> Result<(), StartChec
 }
 
 /// Whether the API server streams a watch's initial objects (`sendInitialEvents`, the
-/// WatchList feature, on by default since Kubernetes 1.34). A streamed initial list arrives one
+/// WatchList feature, on by default in Kubernetes 1.32 and from 1.34 on). A streamed initial list arrives one
 /// object at a time; a list response is read whole and decoded at once, which at start-up with
 /// thousands of Stacks is the operator's memory peak (the API server answers a list served
 /// from its watch cache in one piece, whatever the page size). Asked with a watch that selects
@@ -879,12 +879,22 @@ mod tests {
         assert!(ctx.with_written_status(Arc::new(other)).status.is_none());
         ctx.forget("update", "ns", "u");
         assert!(ctx.with_written_status(cached.clone()).status.is_none());
-        // Once the cache shows what was written, only the cache is kept.
+        // Once the cache shows what was written (times to the second, as the API server
+        // returns them), only the cache is kept.
+        let written = pulumi_operator_api::UpdateStatus {
+            start_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-25T10:00:00.123456789Z".parse().unwrap(),
+            )),
+            ..written
+        };
         ctx.wrote_update_status(&update, &written);
+        let stored: pulumi_operator_api::UpdateStatus =
+            serde_json::from_value(serde_json::to_value(&written).unwrap()).unwrap();
+        assert_ne!(stored, written);
         let mut caught_up = update.clone();
-        caught_up.status = Some(written.clone());
+        caught_up.status = Some(stored.clone());
         let seen = ctx.with_written_status(Arc::new(caught_up));
-        assert_eq!(seen.status.as_ref(), Some(&written));
+        assert_eq!(seen.status.as_ref(), Some(&stored));
         assert!(ctx.with_written_status(cached).status.is_none());
     }
 
