@@ -75,43 +75,35 @@ pub struct CachedPod {
     pub status: Option<PodStatus>,
 }
 
-impl Resource for CachedJob {
-    const API_VERSION: &'static str = "batch/v1";
-    const GROUP: &'static str = "batch";
-    const KIND: &'static str = "Job";
-    const VERSION: &'static str = "v1";
-    const URL_PATH_SEGMENT: &'static str = "jobs";
-    type Scope = NamespaceResourceScope;
-}
+/// The API identity of a cached type: that of the kind it decodes.
+macro_rules! decodes_kind {
+    ($cached:ty, $group:literal, $version:literal, $kind:literal, $plural:literal) => {
+        impl Resource for $cached {
+            const API_VERSION: &'static str = if $group.is_empty() {
+                $version
+            } else {
+                concat!($group, "/", $version)
+            };
+            const GROUP: &'static str = $group;
+            const KIND: &'static str = $kind;
+            const VERSION: &'static str = $version;
+            const URL_PATH_SEGMENT: &'static str = $plural;
+            type Scope = NamespaceResourceScope;
+        }
 
-impl Metadata for CachedJob {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
+        impl Metadata for $cached {
+            type Ty = ObjectMeta;
+            fn metadata(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn metadata_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
 }
-
-impl Resource for CachedPod {
-    const API_VERSION: &'static str = "v1";
-    const GROUP: &'static str = "";
-    const KIND: &'static str = "Pod";
-    const VERSION: &'static str = "v1";
-    const URL_PATH_SEGMENT: &'static str = "pods";
-    type Scope = NamespaceResourceScope;
-}
-
-impl Metadata for CachedPod {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+decodes_kind!(CachedJob, "batch", "v1", "Job", "jobs");
+decodes_kind!(CachedPod, "", "v1", "Pod", "pods");
 
 #[cfg(test)]
 mod tests {
@@ -146,6 +138,8 @@ mod tests {
         assert_eq!(volumes[0].name, "cache");
         assert_eq!(job.status.unwrap().active, Some(1));
         assert_eq!(job.metadata.labels.unwrap()["a"], "b");
+        assert_eq!(<CachedJob as Resource>::API_VERSION, "batch/v1");
+        assert_eq!(<CachedPod as Resource>::API_VERSION, "v1");
         // Far smaller than k8s-openapi's Job, which holds a whole pod template inline.
         assert!(
             std::mem::size_of::<CachedJob>() * 2
