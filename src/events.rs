@@ -17,10 +17,9 @@ use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Mutex;
-use std::time::Duration;
 
 /// How long a published event is remembered for a series (kube-runtime's and client-go's).
-pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+pub const SERIES_WINDOW: jiff::SignedDuration = jiff::SignedDuration::from_secs(6 * 60);
 
 /// One event, as it is published.
 pub struct Note<'a> {
@@ -60,7 +59,7 @@ impl Remembered {
 }
 
 fn expired(r: &Recent, now: jiff::Timestamp) -> bool {
-    now.duration_since(r.last) >= jiff::SignedDuration::try_from(SERIES_WINDOW).unwrap_or_default()
+    now.duration_since(r.last) >= SERIES_WINDOW
 }
 
 pub struct Publisher {
@@ -111,9 +110,8 @@ impl Publisher {
         ))
     }
 
-    /// What to send for `ev` now, from what was sent before.
-    fn step(&self, regarding: &ObjectReference, ev: &Note, now: jiff::Timestamp) -> Step {
-        let key = self.key(regarding, ev);
+    /// What to send for `ev` (whose key is `key`) now, from what was sent before.
+    fn step(&self, key: u64, regarding: &ObjectReference, ev: &Note, now: jiff::Timestamp) -> Step {
         let recent = self.remembered.lock().ok().and_then(|mut r| {
             r.prune(now);
             r.events.get(&key).filter(|r| !expired(r, now)).cloned()
@@ -188,7 +186,7 @@ impl Publisher {
                 })
             }
         };
-        let recent = match self.step(regarding, ev, now) {
+        let recent = match self.step(key, regarding, ev, now) {
             Step::Create(event) => create(*event).await?,
             Step::Repeat {
                 namespace,
@@ -240,6 +238,11 @@ mod tests {
         }
     }
 
+    /// The step for `ev` about the Stack with `uid`.
+    fn step(p: &Publisher, uid: &str, ev: &Note, now: jiff::Timestamp) -> Step {
+        p.step(p.key(&stack(uid), ev), &stack(uid), ev, now)
+    }
+
     const FAILED: Note = Note {
         type_: EventType::Warning,
         reason: "StackUpdateFailure",
@@ -251,7 +254,7 @@ mod tests {
     async fn a_repeat_adds_to_the_series_and_another_note_is_a_new_event() {
         let p = publisher();
         let t0: jiff::Timestamp = "2026-11-25T10:00:00Z".parse().unwrap();
-        let Step::Create(event) = p.step(&stack("1"), &FAILED, t0) else {
+        let Step::Create(event) = step(&p, "1", &FAILED, t0) else {
             panic!("a first event is created");
         };
         assert_eq!(event.note.as_deref(), Some("first"));
@@ -271,7 +274,7 @@ mod tests {
         );
         let t1 = t0 + jiff::SignedDuration::from_secs(30);
         assert_eq!(
-            p.step(&stack("1"), &FAILED, t1),
+            step(&p, "1", &FAILED, t1),
             Step::Repeat {
                 namespace: "ns".into(),
                 name,
@@ -286,19 +289,16 @@ mod tests {
             note: "second",
             ..FAILED
         };
-        assert!(matches!(p.step(&stack("1"), &other, t1), Step::Create(_)));
-        assert!(matches!(p.step(&stack("2"), &FAILED, t1), Step::Create(_)));
+        assert!(matches!(step(&p, "1", &other, t1), Step::Create(_)));
+        assert!(matches!(step(&p, "2", &FAILED, t1), Step::Create(_)));
         let normal = Note {
             type_: EventType::Normal,
             ..FAILED
         };
-        assert!(matches!(p.step(&stack("1"), &normal, t1), Step::Create(_)));
+        assert!(matches!(step(&p, "1", &normal, t1), Step::Create(_)));
         // After the window, a new Event; and what is old is forgotten.
-        let later = t0 + jiff::SignedDuration::try_from(SERIES_WINDOW).unwrap();
-        assert!(matches!(
-            p.step(&stack("1"), &FAILED, later),
-            Step::Create(_)
-        ));
+        let later = t0 + SERIES_WINDOW;
+        assert!(matches!(step(&p, "1", &FAILED, later), Step::Create(_)));
         assert!(p.remembered.lock().unwrap().events.is_empty());
     }
 }

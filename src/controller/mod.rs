@@ -81,12 +81,12 @@ pub async fn check_crds_installed(client: &kube::Client) -> Result<(), StartChec
 }
 
 /// Whether the API server streams a watch's initial objects (`sendInitialEvents`, the
-/// WatchList feature, on by default in Kubernetes 1.32 and from 1.34 on). A streamed initial list arrives one
-/// object at a time; a list response is read whole and decoded at once, which at start-up with
-/// thousands of Stacks is the operator's memory peak (the API server answers a list served
-/// from its watch cache in one piece, whatever the page size). Asked with a watch that selects
-/// nothing: a server without the feature either refuses the parameter or ignores it and never
-/// sends the bookmark that ends the initial events.
+/// WatchList feature, on by default in Kubernetes 1.32 and from 1.34 on). A streamed initial
+/// list arrives one object at a time; a list response is read whole and decoded at once, which
+/// at start-up with thousands of Stacks is the operator's memory peak (the API server answers a
+/// list served from its watch cache in one piece, whatever the page size). Asked with a watch
+/// that selects nothing: a server without the feature either refuses the parameter or ignores
+/// it and never sends the bookmark that ends the initial events.
 pub async fn streaming_lists_supported(
     client: &kube::Client,
     config: &crate::config::Config,
