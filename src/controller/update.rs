@@ -9,8 +9,8 @@ use crate::error::{Error, Result};
 use crate::stack::objects::PROGRAM_SCHEME;
 use crate::update::job::{build_job, build_plan, build_plan_secret, job_labels, JobConfig};
 use crate::update::status::{
-    job_finished, not_started, pod_ended, pod_start_problem, progress, should_stop_job,
-    start_failure, status_for, NotStarted, Progress, EVENTS_AFTER_SECONDS, STUCK_AFTER_SECONDS,
+    job_finished, not_started, pod_ended, pod_start_problem, progress, recheck_after,
+    should_stop_job, start_failure, status_for, NotStarted, Progress, EVENTS_AFTER_SECONDS,
 };
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
@@ -385,6 +385,7 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         stop_job(&ctx, &ns, job).await?;
     }
     let mut progress = progress(job, &pod_refs, now.0);
+    let mut recheck = recheck_after(None, false, None, &pod_refs, now.0);
     if let (Progress::Running { .. }, Some(j)) = (&progress, job) {
         if let Some(waiting) = not_started(j, &pod_refs, now.0) {
             // The pod's own status first; Events (a list request the API server answers by
@@ -398,6 +399,7 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
                         .find(|p| p.metadata.name.as_ref() == Some(n))
                 })
                 .and_then(|p| pod_start_problem(p));
+            let pod_explains = said.is_some();
             let warning = match said {
                 Some(w) => Some(w),
                 None if waiting.seconds >= EVENTS_AFTER_SECONDS => {
@@ -405,6 +407,13 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
                 }
                 None => None,
             };
+            recheck = recheck_after(
+                Some(&waiting),
+                pod_explains,
+                warning.as_ref().map(|(reason, _)| reason.as_str()),
+                &pod_refs,
+                now.0,
+            );
             if let Some(failed) = start_failure(&waiting, warning.clone()) {
                 // The Job must not start the pod later, when nobody waits for it any more.
                 stop_job(&ctx, &ns, j).await?;
@@ -498,10 +507,9 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
             Ok(Action::await_change())
         }
         Progress::Succeeded { .. } | Progress::Failed { .. } => Ok(Action::await_change()),
-        // Re-check waiting pods (image pulls, pods that do not start) even without an event.
-        Progress::Running { .. } => Ok(crate::controller::requeue(Duration::from_secs(
-            STUCK_AFTER_SECONDS as u64 / 4,
-        ))),
+        // Waits that end by time alone (pods that do not start, image pulls) are looked at
+        // again when due, even without an event.
+        Progress::Running { .. } => Ok(crate::controller::requeue(recheck)),
     }
 }
 

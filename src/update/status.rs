@@ -292,9 +292,11 @@ pub const NOT_STARTED_SECONDS: i64 = 600;
 /// cluster autoscaler may be adding a node, which takes minutes.
 pub const UNSCHEDULABLE_SECONDS: i64 = NOT_STARTED_SECONDS;
 
-/// How long an operation whose start Kubernetes explains with `reason` is waited for.
+/// How long an operation whose start Kubernetes explains with `reason` is waited for. The
+/// scheduler says `Unschedulable` in the pod's condition and `FailedScheduling` in its Event:
+/// both are the same wait for capacity.
 fn patience(reason: &str) -> i64 {
-    if reason == "Unschedulable" {
+    if matches!(reason, "Unschedulable" | "FailedScheduling") {
         UNSCHEDULABLE_SECONDS
     } else {
         NOT_STARTED_WITH_WARNING_SECONDS
@@ -332,6 +334,69 @@ pub fn pod_start_problem(pod: &Pod) -> Option<(String, String)> {
             (!matches!(reason.as_str(), "ContainerCreating" | "PodInitializing"))
                 .then(|| (reason, w.message.clone().unwrap_or_default()))
         })
+}
+
+/// How often a wait that the pod's own status does not explain has its Warning Events read
+/// again (each read is a list request).
+pub const EVENTS_RECHECK_SECONDS: i64 = 30;
+
+/// Longest time a running operation goes unexamined: its Job's and pod's watch events
+/// trigger every other look, so this is only a backstop.
+pub const RUNNING_RECHECK_SECONDS: i64 = 300;
+
+/// When to look at a running operation again without a watch event: the next moment at which
+/// a decision that depends on time alone can change. Pod and Job changes trigger their own
+/// reconcile, so a fixed short period (which, for thousands of waiting operations, starves
+/// the new ones) is not needed. `waiting`: the operation has not started; `pod_explains`: the
+/// pod's own status says why (no Events are read then); `warning`: the reason of the
+/// explanation used this time, if any.
+pub fn recheck_after(
+    waiting: Option<&NotStarted>,
+    pod_explains: bool,
+    warning: Option<&str>,
+    pods: &[&Pod],
+    now: jiff::Timestamp,
+) -> std::time::Duration {
+    let mut next = RUNNING_RECHECK_SECONDS;
+    let mut at = |deadline: i64, elapsed: i64| {
+        if deadline > elapsed {
+            next = next.min(deadline - elapsed);
+        }
+    };
+    if let Some(w) = waiting {
+        at(NOT_STARTED_SECONDS, w.seconds);
+        if let Some(reason) = warning {
+            at(patience(reason), w.seconds);
+        }
+        if !pod_explains {
+            if w.seconds < EVENTS_AFTER_SECONDS {
+                at(EVENTS_AFTER_SECONDS, w.seconds);
+            } else {
+                at(w.seconds + EVENTS_RECHECK_SECONDS, w.seconds);
+            }
+        }
+    }
+    for pod in pods {
+        let stuck = pod
+            .status
+            .iter()
+            .flat_map(|s| {
+                s.init_container_statuses
+                    .iter()
+                    .flatten()
+                    .chain(s.container_statuses.iter().flatten())
+            })
+            .filter_map(|c| c.state.as_ref()?.waiting.as_ref()?.reason.as_deref())
+            .any(|r| STUCK_REASONS.contains(&r));
+        if stuck {
+            at(
+                STUCK_AFTER_SECONDS,
+                seconds_since(pod.metadata.creation_timestamp.as_ref(), now),
+            );
+        }
+    }
+    // A second late rather than early: an early look finds nothing due and waits again.
+    std::time::Duration::from_secs(next.max(0) as u64 + 1)
 }
 
 /// Whether the operation is still waiting to start (pure; `None` once any container ran).
@@ -796,6 +861,97 @@ mod tests {
         assert_eq!(not_started(&j, &[&ran], now()), None);
         let done = job(json!([{"type": "Complete", "status": "True"}]));
         assert_eq!(not_started(&done, &[], now()), None);
+    }
+
+    #[test]
+    fn the_scheduler_event_waits_as_long_as_the_pod_condition() {
+        let four_minutes = NotStarted {
+            pod: Some("u-abc".into()),
+            seconds: 240,
+        };
+        let event = Some(("FailedScheduling".to_string(), "0/1 nodes".to_string()));
+        assert_eq!(start_failure(&four_minutes, event.clone()), None);
+        let ten_minutes = NotStarted {
+            seconds: UNSCHEDULABLE_SECONDS,
+            ..four_minutes
+        };
+        assert!(matches!(
+            start_failure(&ten_minutes, event),
+            Some(Progress::Failed { reason, .. }) if reason == "FailedScheduling"
+        ));
+    }
+
+    #[test]
+    fn a_running_operation_is_looked_at_again_when_a_time_based_decision_is_due() {
+        let secs = |d: std::time::Duration| d.as_secs() as i64;
+        let waiting = |seconds| NotStarted {
+            pod: Some("u-abc".into()),
+            seconds,
+        };
+        // Started and healthy: only the backstop; watch events do the rest.
+        assert_eq!(
+            secs(recheck_after(None, false, None, &[], now())),
+            RUNNING_RECHECK_SECONDS + 1
+        );
+        // Unexplained young wait: Events are read once it reaches EVENTS_AFTER_SECONDS...
+        assert_eq!(
+            secs(recheck_after(Some(&waiting(3)), false, None, &[], now())),
+            EVENTS_AFTER_SECONDS - 3 + 1
+        );
+        // ...and again periodically while nothing else explains it.
+        assert_eq!(
+            secs(recheck_after(Some(&waiting(40)), false, None, &[], now())),
+            EVENTS_RECHECK_SECONDS + 1
+        );
+        // A pod the scheduler cannot place says so itself: no Event reads, only its deadline.
+        assert_eq!(
+            secs(recheck_after(
+                Some(&waiting(400)),
+                true,
+                Some("Unschedulable"),
+                &[],
+                now()
+            )),
+            UNSCHEDULABLE_SECONDS - 400 + 1
+        );
+        // ... never longer than the backstop.
+        assert_eq!(
+            secs(recheck_after(
+                Some(&waiting(20)),
+                true,
+                Some("Unschedulable"),
+                &[],
+                now()
+            )),
+            RUNNING_RECHECK_SECONDS + 1
+        );
+        // A Warning Event: its shorter patience is the next deadline.
+        assert_eq!(
+            secs(recheck_after(
+                Some(&waiting(100)),
+                false,
+                Some("FailedMount"),
+                &[],
+                now()
+            )),
+            EVENTS_RECHECK_SECONDS.min(NOT_STARTED_WITH_WARNING_SECONDS - 100) + 1
+        );
+        // Past every deadline (the failure is being written): the backstop, never zero.
+        assert!(
+            secs(recheck_after(
+                Some(&waiting(10_000)),
+                true,
+                None,
+                &[],
+                now()
+            )) >= 1
+        );
+        // A container stuck on its image: the grace period's end (pod created 9 min ago).
+        let pulling = pending_pod("2026-01-01T00:09:00Z", "ImagePullBackOff");
+        assert_eq!(
+            secs(recheck_after(None, false, None, &[&pulling], now())),
+            STUCK_AFTER_SECONDS - 60 + 1
+        );
     }
 
     #[test]
