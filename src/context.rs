@@ -41,6 +41,10 @@ pub struct Context {
     /// newer truth: a reconcile triggered by a Job event a moment after a write neither
     /// rewrites it nor recomputes it from the older copy.
     update_status: Mutex<HashMap<String, (String, pulumi_operator_api::UpdateStatus)>>,
+    /// Where each controller's reconciles wait for their turn (first come, first served).
+    pub gates: crate::controller::gate::Gates,
+    /// The newest Warning Event of each update Job and pod (one watch).
+    pub warnings: crate::update::warnings::Warnings,
 }
 
 /// How long a referenced object seen to exist is not read again (a burst of Stacks sharing one
@@ -49,6 +53,7 @@ const RECENTLY_SEEN: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Context {
     pub fn new(client: Client, config: Config, metrics: Arc<Metrics>, stores: Stores) -> Context {
+        let limit = usize::from(config.concurrency);
         Context {
             events: crate::events::Publisher::new(client.clone(), REPORTER, &config.identity()),
             policy: config.policy(),
@@ -59,7 +64,19 @@ impl Context {
             recently_seen: crate::stack::references::RecentlySeen::new(RECENTLY_SEEN),
             failures: Mutex::new(HashMap::new()),
             update_status: Mutex::new(HashMap::new()),
+            gates: crate::controller::gate::Gates::new(
+                limit,
+                &tokio_util::sync::CancellationToken::new(),
+            ),
+            warnings: Default::default(),
         }
+    }
+
+    /// Reconciles still waiting for their turn are dropped once `shutdown` is cancelled.
+    pub fn stopping_on(mut self, shutdown: &tokio_util::sync::CancellationToken) -> Context {
+        self.gates =
+            crate::controller::gate::Gates::new(usize::from(self.config.concurrency), shutdown);
+        self
     }
 
     /// Records one more failure of `key` and returns how many in a row.

@@ -50,6 +50,12 @@ const NOT_REQUESTS: &[(&str, &str, &str, &str)] = &[
     ),
     (
         "",
+        "events",
+        "list",
+        "the Warning Events watch's initial list where the API server does not stream it (no WatchList feature); on this cluster it streams, which is authorized as watch",
+    ),
+    (
+        "",
         "pods",
         "list",
         "the watches' initial list where the API server does not stream it (no WatchList feature); on this cluster it streams, which is authorized as watch",

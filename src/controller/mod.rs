@@ -1,6 +1,7 @@
 //! The controllers and how they run: one kube-runtime `Controller` per kind (per watched
 //! namespace), bounded concurrency, errors backed off per object, graceful shutdown.
 
+pub mod gate;
 pub mod program;
 pub mod stack;
 pub mod update;
@@ -158,6 +159,22 @@ pub async fn owning_stack<K: Resource>(
     Ok(api.get_opt(&owner.name).await?.filter(same).map(Arc::new))
 }
 
+/// The newest cached copy of a reconciled object.
+pub trait Latest: Sized {
+    fn latest(stores: &Stores, obj: &Self) -> Option<Arc<Self>>;
+}
+
+macro_rules! latest_from {
+    ($($kind:ty => $store:ident),*) => {
+        $(impl Latest for $kind {
+            fn latest(stores: &Stores, obj: &Self) -> Option<Arc<Self>> {
+                stores.$store.get(&ObjectRef::from_obj(obj))
+            }
+        })*
+    };
+}
+latest_from!(Stack => stacks, Update => updates, Workspace => workspaces, Program => programs);
+
 /// Wraps a reconcile with a tracing span naming the object, the reconcile metrics, and the
 /// per-object failure count used by `error_policy`.
 async fn instrumented<K, F, Fut>(
@@ -167,7 +184,7 @@ async fn instrumented<K, F, Fut>(
     f: F,
 ) -> Result<Action, Error>
 where
-    K: Resource<DynamicType = ()> + ResourceExt,
+    K: Resource<DynamicType = ()> + ResourceExt + Latest,
     F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
     Fut: Future<Output = Result<Action, Error>>,
 {
@@ -176,12 +193,21 @@ where
         obj.namespace().unwrap_or_default(),
         obj.name_any()
     );
+    let Some(_turn) = ctx.gates.of(controller).enter().await else {
+        return Ok(Action::await_change()); // shutting down
+    };
+    // The object may have changed, or gone, while this reconcile waited for its turn.
+    let Some(obj) = K::latest(&ctx.stores, &obj) else {
+        return Ok(Action::await_change());
+    };
     let span = info_span!("reconcile", controller, object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()));
     let timer = ctx.metrics.reconcile_started(controller);
     let object = obj.object_ref(&());
     // A bug triggered by one object's content stays with that object: the panic becomes this
     // reconcile's error (backed off, reported on the object), never the end of the process.
-    let result = match std::panic::AssertUnwindSafe(f(obj, ctx.clone()).instrument(span))
+    // Boxed: a reconcile waiting at the gate then holds a pointer, not the whole state of the
+    // reconcile it will run (thousands wait at once after a restart).
+    let result = match std::panic::AssertUnwindSafe(Box::pin(f(obj, ctx.clone())).instrument(span))
         .catch_unwind()
         .await
     {
@@ -366,7 +392,9 @@ fn run_in(
     shutdown: CancellationToken,
 ) -> (Vec<Running>, Store<Stack>, Store<Program>) {
     let client = &scope.client;
-    let config = ControllerConfig::default().concurrency(scope.config.concurrency);
+    // No limit here: every scheduled reconcile waits for its turn at its controller's gate,
+    // first come, first served (see `gate`), within `--concurrency`.
+    let config = ControllerConfig::default();
     let streaming = scope.streaming_lists;
     let wc = move || {
         let cfg = watcher::Config::default().any_semantic();
@@ -420,19 +448,22 @@ fn run_in(
     // A Stack is reconciled when what it asks for changes, not when its own status does (as
     // PKO's predicates): a reconcile's status write never triggers the next one, so an error
     // after a write backs off instead of looping.
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        scope.config.clone(),
-        scope.metrics.clone(),
-        Stores {
-            stacks: stacks.clone(),
-            updates: updates.clone(),
-            programs: programs.clone(),
-            workspaces: workspaces.clone(),
-            jobs: jobs.clone(),
-            pods: pods.clone(),
-        },
-    ));
+    let ctx = Arc::new(
+        Context::new(
+            client.clone(),
+            scope.config.clone(),
+            scope.metrics.clone(),
+            Stores {
+                stacks: stacks.clone(),
+                updates: updates.clone(),
+                programs: programs.clone(),
+                workspaces: workspaces.clone(),
+                jobs: jobs.clone(),
+                pods: pods.clone(),
+            },
+        )
+        .stopping_on(&shutdown),
+    );
     let mut seen = SpecChanges::default();
     let mut stack_alive = alive(stacks.clone(), ctx.clone(), "stack");
     let stack_primary = stack_primary.filter(move |s| {
@@ -471,7 +502,7 @@ fn run_in(
                 .state()
                 .iter()
                 .filter(|s| {
-                    s.namespace() == obj.namespace()
+                    s.metadata.namespace == obj.metadata.namespace
                         && s.spec.flux_source.as_ref().is_some_and(|f| {
                             f.source_ref.kind == kind && f.source_ref.name == obj.name_any()
                         })
@@ -490,7 +521,7 @@ fn run_in(
                 .state()
                 .iter()
                 .filter(|s| {
-                    s.namespace() == p.namespace()
+                    s.metadata.namespace == p.metadata.namespace
                         && s.spec
                             .prerequisites
                             .iter()
@@ -508,7 +539,7 @@ fn run_in(
                 .state()
                 .iter()
                 .filter(|s| {
-                    s.namespace() == p.namespace()
+                    s.metadata.namespace == p.metadata.namespace
                         && s.spec
                             .program_ref
                             .as_ref()
@@ -534,21 +565,42 @@ fn run_in(
         job_events.filter_map(move |j: Arc<CachedJob>| async move { by_label(j.as_ref()) });
     let pod_triggers =
         pod_events.filter_map(move |p: Arc<CachedPod>| async move { by_label(p.as_ref()) });
+    // Warning Events of update Jobs and pods: kept in the context, and each new one triggers
+    // its Update.
+    let warnings_ctx = ctx.clone();
+    let warning_triggers = watcher(
+        api::<k8s_openapi::api::core::v1::Event>(client, ns),
+        wc().fields("type=Warning"),
+    )
+    .default_backoff()
+    .filter_map(move |event| {
+        let ctx = warnings_ctx.clone();
+        async move {
+            match event {
+                Ok(event) => ctx.warnings.observe(event),
+                Err(e) => {
+                    warn!("watching Warning Events: {e}");
+                    None
+                }
+            }
+        }
+    });
     let updates_for_workspaces = updates.clone();
     let updates_filled = updates.clone();
     let update_run = Controller::for_shared_stream(update_primary, updates)
         .with_config(config.clone())
         .reconcile_on(job_triggers)
         .reconcile_on(pod_triggers)
+        .reconcile_on(warning_triggers)
         .watches_shared_stream(ws_users, move |w: Arc<Workspace>| {
+            // Compared in place: this runs over every Update for each Workspace event.
             updates_for_workspaces
-                .state()
-                .iter()
-                .filter(|u| {
-                    u.namespace() == w.namespace()
-                        && u.spec.workspace_name.as_deref() == Some(w.name_any().as_str())
+                .state_filter(|u| {
+                    u.metadata.namespace == w.metadata.namespace
+                        && u.spec.workspace_name == w.metadata.name
+                        && !crate::stack::status::update_complete(u)
                 })
-                .filter(|u| !crate::stack::status::update_complete(u))
+                .iter()
                 .map(|u| ObjectRef::from(u.as_ref()))
                 .collect::<Vec<_>>()
         })

@@ -329,17 +329,11 @@ impl<'a> Pass<'a> {
 
     /// The Stack's own Updates (controller reference with its UID), from the cache.
     fn owned_updates(&self) -> Vec<Arc<Update>> {
-        self.ctx
-            .stores
-            .updates
-            .state()
-            .into_iter()
-            .filter(|u| {
-                u.namespace().as_deref() == Some(self.ns.as_str())
-                    && u.labels().get(names::STACK_NAME_LABEL) == Some(&self.name)
-                    && owned_by(u, &self.uid)
-            })
-            .collect()
+        self.ctx.stores.updates.state_filter(|u| {
+            u.metadata.namespace.as_deref() == Some(self.ns.as_str())
+                && u.labels().get(names::STACK_NAME_LABEL) == Some(&self.name)
+                && owned_by(u, &self.uid)
+        })
     }
 
     /// An Update by name: the cache, else the API server (an Update this operator created a
@@ -1453,17 +1447,11 @@ async fn prerequisites_ready(
 async fn prune_history(ctx: &Context, stack: &Stack, ns: &str, status: &StackStatus) {
     let name = stack.name_any();
     let uid = stack.uid().unwrap_or_default();
-    let mine: Vec<Arc<Update>> = ctx
-        .stores
-        .updates
-        .state()
-        .into_iter()
-        .filter(|u| {
-            u.namespace().as_deref() == Some(ns)
-                && u.labels().get(names::STACK_NAME_LABEL) == Some(&name)
-                && owned_by(u, &uid)
-        })
-        .collect();
+    let mine: Vec<Arc<Update>> = ctx.stores.updates.state_filter(|u| {
+        u.metadata.namespace.as_deref() == Some(ns)
+            && u.labels().get(names::STACK_NAME_LABEL) == Some(&name)
+            && owned_by(u, &uid)
+    });
     let refs: Vec<&Update> = mine.iter().map(|u| u.as_ref()).collect();
     let last = status
         .last_update

@@ -10,7 +10,7 @@ use crate::stack::objects::PROGRAM_SCHEME;
 use crate::update::job::{build_job, build_plan, build_plan_secret, job_labels, JobConfig};
 use crate::update::status::{
     job_finished, not_started, pod_ended, pod_start_problem, progress, recheck_after,
-    should_stop_job, start_failure, status_for, NotStarted, Progress, EVENTS_AFTER_SECONDS,
+    should_stop_job, start_failure, status_for, NotStarted, Progress,
 };
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
@@ -85,9 +85,8 @@ async fn finished(update: &Update, ctx: &Context, ns: &str) -> Result<Action> {
         let a_pod_ended = ctx
             .stores
             .pods
-            .state()
-            .iter()
-            .any(|p| owned_by_job(p, &job) && pod_ended(p));
+            .find(|p| owned_by_job(p, &job) && pod_ended(p))
+            .is_some();
         if !job_finished(&job) && !a_pod_ended {
             stop_job(ctx, ns, &job).await?;
         }
@@ -310,8 +309,8 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
     if job.is_none() && (deleting || started) {
         // Never a second Job for one Update: once its pods are gone, it ends here and the
         // Stack decides whether to run the operation again.
-        if let Some(pod) = ctx.stores.pods.state().into_iter().find(|p| {
-            p.namespace().as_deref() == Some(ns.as_str())
+        if let Some(pod) = ctx.stores.pods.find(|p| {
+            p.metadata.namespace.as_deref() == Some(ns.as_str())
                 && p.labels().get(names::UPDATE_NAME_LABEL) == Some(&name)
                 && !matches!(
                     p.status.as_ref().and_then(|s| s.phase.as_deref()),
@@ -362,17 +361,11 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         }
     }
 
-    let pods: Vec<Arc<CachedPod>> = ctx
-        .stores
-        .pods
-        .state()
-        .into_iter()
-        .filter(|p| {
-            p.namespace().as_deref() == Some(ns.as_str())
-                && p.labels().get(names::UPDATE_NAME_LABEL) == Some(&name)
-                && job.is_some_and(|j| owned_by_job(p, j))
-        })
-        .collect();
+    let pods: Vec<Arc<CachedPod>> = ctx.stores.pods.state_filter(|p| {
+        p.metadata.namespace.as_deref() == Some(ns.as_str())
+            && p.labels().get(names::UPDATE_NAME_LABEL) == Some(&name)
+            && job.is_some_and(|j| owned_by_job(p, j))
+    });
     let pod_refs: Vec<&CachedPod> = pods.iter().map(|p| p.as_ref()).collect();
     // Never without a start once the Job exists (see `start`).
     let start = job.and_then(|j| {
@@ -385,11 +378,10 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         stop_job(&ctx, &ns, job).await?;
     }
     let mut progress = progress(job, &pod_refs, now.0);
-    let mut recheck = recheck_after(None, false, None, &pod_refs, now.0);
+    let mut recheck = recheck_after(None, None, &pod_refs, now.0);
     if let (Progress::Running { .. }, Some(j)) = (&progress, job) {
         if let Some(waiting) = not_started(j, &pod_refs, now.0) {
-            // The pod's own status first; Events (a list request the API server answers by
-            // scanning the namespace's Events) only for a wait longer than a normal start.
+            // The pod's own status first, then the newest Warning Event (from the watch).
             let said = waiting
                 .pod
                 .as_ref()
@@ -399,22 +391,19 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
                         .find(|p| p.metadata.name.as_ref() == Some(n))
                 })
                 .and_then(|p| pod_start_problem(p));
-            let pod_explains = said.is_some();
-            let warning = match said {
-                Some(w) => Some(w),
-                None if waiting.seconds >= EVENTS_AFTER_SECONDS => {
-                    latest_warning(&ctx, &ns, &waiting, j, &pod_refs).await
-                }
-                None => None,
-            };
+            let warning = said.or_else(|| latest_warning(&ctx, &waiting, j, &pod_refs));
             recheck = recheck_after(
                 Some(&waiting),
-                pod_explains,
                 warning.as_ref().map(|(reason, _)| reason.as_str()),
                 &pod_refs,
                 now.0,
             );
-            if let Some(failed) = start_failure(&waiting, warning.clone()) {
+            // "Kubernetes gave no reason" is a fact only once the Warning Events are listed.
+            let knows_why = warning.is_some() || ctx.warnings.filled();
+            if !knows_why {
+                recheck = recheck.min(Duration::from_secs(5));
+            }
+            if let Some(failed) = start_failure(&waiting, warning.clone()).filter(|_| knows_why) {
                 // The Job must not start the pod later, when nobody waits for it any more.
                 stop_job(&ctx, &ns, j).await?;
                 progress = failed;
@@ -712,12 +701,11 @@ fn owned_by_job(pod: &CachedPod, job: &CachedJob) -> bool {
     pod.owner_references().iter().any(|o| o.uid == uid)
 }
 
-/// The newest Warning Event about what keeps the operation from starting: the Job when it
-/// has no pod (FailedCreate: a missing ServiceAccount, a quota, Pod Security), else the pod
-/// (FailedMount, FailedScheduling, ...). Read only for an operation that has not started.
-async fn latest_warning(
+/// The newest Warning Event about what keeps the operation from starting: the Job's when it
+/// has no pod (FailedCreate: a missing ServiceAccount, a quota, Pod Security), else the pod's
+/// (FailedMount, FailedScheduling, ...), from the watch of Warning Events.
+fn latest_warning(
     ctx: &Context,
-    ns: &str,
     waiting: &NotStarted,
     job: &CachedJob,
     pods: &[&CachedPod],
@@ -729,25 +717,7 @@ async fn latest_warning(
             .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
             .and_then(|p| p.uid()),
     }?;
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(ctx.client.clone(), ns);
-    let params =
-        kube::api::ListParams::default().fields(&format!("involvedObject.uid={uid},type=Warning"));
-    match events.list(&params).await {
-        Ok(list) => list
-            .items
-            .into_iter()
-            .max_by_key(|e| {
-                e.last_timestamp
-                    .as_ref()
-                    .map(|t| t.0)
-                    .or(e.event_time.as_ref().map(|t| t.0))
-            })
-            .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default())),
-        Err(e) => {
-            warn!("cannot read the events of the operation's Job or pod: {e}");
-            None
-        }
-    }
+    ctx.warnings.latest(&uid)
 }
 
 enum Started {

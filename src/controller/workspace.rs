@@ -194,7 +194,7 @@ pub fn rollout(sts: &StatefulSet) -> (bool, bool) {
 /// Whether an unfinished Job in `ns` mounts `claim`.
 pub fn jobs_mount_claim(jobs: &[Arc<CachedJob>], ns: &str, claim: &str) -> bool {
     jobs.iter().any(|j| {
-        j.namespace().as_deref() == Some(ns)
+        j.metadata.namespace.as_deref() == Some(ns)
             && !job_finished(j)
             && j.spec
                 .as_ref()
@@ -206,7 +206,7 @@ pub fn jobs_mount_claim(jobs: &[Arc<CachedJob>], ns: &str, claim: &str) -> bool 
 /// Whether a pod in `ns` (in any phase) references `claim`.
 pub fn pods_mount_claim(pods: &[Arc<CachedPod>], ns: &str, claim: &str) -> bool {
     pods.iter().any(|p| {
-        p.namespace().as_deref() == Some(ns)
+        p.metadata.namespace.as_deref() == Some(ns)
             && p.spec.as_ref().is_some_and(|s| spec_mounts(s, claim))
     })
 }

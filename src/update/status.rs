@@ -303,10 +303,6 @@ fn patience(reason: &str) -> i64 {
     }
 }
 
-/// An operation waiting this long to start has its Warning Events read (a list request); a
-/// pod normally starts sooner, and what the pod itself says is read first (`pod_start_problem`).
-pub const EVENTS_AFTER_SECONDS: i64 = 10;
-
 /// What a pod that has not started says about it without any Event: not schedulable, or a
 /// container waiting for a reason other than the normal ContainerCreating/PodInitializing
 /// (ImagePullBackOff, CreateContainerConfigError, ...): (reason, message).
@@ -336,23 +332,17 @@ pub fn pod_start_problem(pod: &Pod) -> Option<(String, String)> {
         })
 }
 
-/// How often a wait that the pod's own status does not explain has its Warning Events read
-/// again (each read is a list request).
-pub const EVENTS_RECHECK_SECONDS: i64 = 30;
-
 /// Longest time a running operation goes unexamined: its Job's and pod's watch events
 /// trigger every other look, so this is only a backstop.
 pub const RUNNING_RECHECK_SECONDS: i64 = 300;
 
 /// When to look at a running operation again without a watch event: the next moment at which
-/// a decision that depends on time alone can change. Pod and Job changes trigger their own
-/// reconcile, so a fixed short period (which, for thousands of waiting operations, starves
-/// the new ones) is not needed. `waiting`: the operation has not started; `pod_explains`: the
-/// pod's own status says why (no Events are read then); `warning`: the reason of the
-/// explanation used this time, if any.
+/// a decision that depends on time alone can change. Pod, Job and Warning Event changes
+/// trigger their own reconcile, so a fixed short period (which, for thousands of waiting
+/// operations, starved the new ones) is not needed. `waiting`: the operation has not started;
+/// `warning`: the reason Kubernetes gives for it, if any.
 pub fn recheck_after(
     waiting: Option<&NotStarted>,
-    pod_explains: bool,
     warning: Option<&str>,
     pods: &[&Pod],
     now: jiff::Timestamp,
@@ -367,13 +357,6 @@ pub fn recheck_after(
         at(NOT_STARTED_SECONDS, w.seconds);
         if let Some(reason) = warning {
             at(patience(reason), w.seconds);
-        }
-        if !pod_explains {
-            if w.seconds < EVENTS_AFTER_SECONDS {
-                at(EVENTS_AFTER_SECONDS, w.seconds);
-            } else {
-                at(w.seconds + EVENTS_RECHECK_SECONDS, w.seconds);
-            }
         }
     }
     for pod in pods {
@@ -890,66 +873,44 @@ mod tests {
         };
         // Started and healthy: only the backstop; watch events do the rest.
         assert_eq!(
-            secs(recheck_after(None, false, None, &[], now())),
+            secs(recheck_after(None, None, &[], now())),
             RUNNING_RECHECK_SECONDS + 1
         );
-        // Unexplained young wait: Events are read once it reaches EVENTS_AFTER_SECONDS...
+        // Unexplained: the long deadline, never later than the backstop.
         assert_eq!(
-            secs(recheck_after(Some(&waiting(3)), false, None, &[], now())),
-            EVENTS_AFTER_SECONDS - 3 + 1
+            secs(recheck_after(Some(&waiting(400)), None, &[], now())),
+            NOT_STARTED_SECONDS - 400 + 1
         );
-        // ...and again periodically while nothing else explains it.
         assert_eq!(
-            secs(recheck_after(Some(&waiting(40)), false, None, &[], now())),
-            EVENTS_RECHECK_SECONDS + 1
+            secs(recheck_after(Some(&waiting(3)), None, &[], now())),
+            RUNNING_RECHECK_SECONDS + 1
         );
-        // A pod the scheduler cannot place says so itself: no Event reads, only its deadline.
+        // A pod the scheduler cannot place: its (long) deadline.
         assert_eq!(
             secs(recheck_after(
                 Some(&waiting(400)),
-                true,
                 Some("Unschedulable"),
                 &[],
                 now()
             )),
             UNSCHEDULABLE_SECONDS - 400 + 1
         );
-        // ... never longer than the backstop.
-        assert_eq!(
-            secs(recheck_after(
-                Some(&waiting(20)),
-                true,
-                Some("Unschedulable"),
-                &[],
-                now()
-            )),
-            RUNNING_RECHECK_SECONDS + 1
-        );
         // A Warning Event: its shorter patience is the next deadline.
         assert_eq!(
             secs(recheck_after(
                 Some(&waiting(100)),
-                false,
                 Some("FailedMount"),
                 &[],
                 now()
             )),
-            EVENTS_RECHECK_SECONDS.min(NOT_STARTED_WITH_WARNING_SECONDS - 100) + 1
+            NOT_STARTED_WITH_WARNING_SECONDS - 100 + 1
         );
         // Past every deadline (the failure is being written): the backstop, never zero.
-        assert!(
-            secs(recheck_after(
-                Some(&waiting(10_000)),
-                true,
-                None,
-                &[],
-                now()
-            )) >= 1
-        );
+        assert!(secs(recheck_after(Some(&waiting(10_000)), None, &[], now())) >= 1);
         // A container stuck on its image: the grace period's end (pod created 9 min ago).
         let pulling = pending_pod("2026-01-01T00:09:00Z", "ImagePullBackOff");
         assert_eq!(
-            secs(recheck_after(None, false, None, &[&pulling], now())),
+            secs(recheck_after(None, None, &[&pulling], now())),
             STUCK_AFTER_SECONDS - 60 + 1
         );
     }
