@@ -366,6 +366,22 @@ fn trim_metadata(meta: &mut kube::core::ObjectMeta) {
     }
 }
 
+/// Update Jobs and pods keep one label, the Update's name: nothing else of their labels is
+/// read, and every Update reconcile looks its pods up by it.
+macro_rules! trim_to_update_label {
+    ($($kind:ty),*) => {
+        $(impl Trim for $kind {
+            fn trim(&mut self) {
+                trim_metadata(&mut self.metadata);
+                if let Some(labels) = self.metadata.labels.as_mut() {
+                    labels.retain(|k, _| k == pulumi_operator_api::names::UPDATE_NAME_LABEL);
+                }
+            }
+        })*
+    };
+}
+trim_to_update_label!(CachedJob, CachedPod);
+
 macro_rules! trim_metadata_only {
     ($($kind:ty),*) => {
         $(impl Trim for $kind {
@@ -376,8 +392,6 @@ macro_rules! trim_metadata_only {
     };
 }
 trim_metadata_only!(
-    CachedJob,
-    CachedPod,
     Stack,
     Update,
     Program,
@@ -860,7 +874,7 @@ mod tests {
     #[test]
     fn caches_keep_what_decisions_read() {
         let mut job: CachedJob = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "u", "namespace": "n", "labels": {"a": "b"}, "ownerReferences": [{"apiVersion": "v1",
+            "metadata": {"name": "u", "namespace": "n", "labels": {"a": "b", "auto.pulumi.com/update-name": "u"}, "ownerReferences": [{"apiVersion": "v1",
                 "kind": "Update", "name": "u", "uid": "1"}],
                 "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}", "keep": "1"},
                 "managedFields": [{"manager": "x"}]},
@@ -889,6 +903,9 @@ mod tests {
         assert!(!annotations.contains_key("kubectl.kubernetes.io/last-applied-configuration"));
         assert!(annotations.contains_key("keep"));
         assert_eq!(job.owner_references().len(), 1);
+        let labels = job.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels.len(), 1, "only the Update's name: {labels:?}");
+        assert_eq!(labels[pulumi_operator_api::names::UPDATE_NAME_LABEL], "u");
     }
 
     #[tokio::test]
