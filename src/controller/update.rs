@@ -717,7 +717,15 @@ fn latest_warning(
             .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
             .and_then(|p| p.uid()),
     }?;
-    ctx.warnings.latest(&uid)
+    let (reason, message) = ctx.warnings.latest(&uid)?;
+    // The scheduler's Event says what the pod's condition says a moment later: one wording,
+    // so that the condition's arrival is not one more status write.
+    let reason = if reason == "FailedScheduling" {
+        "Unschedulable".to_string()
+    } else {
+        reason
+    };
+    Some((reason, message))
 }
 
 enum Started {
