@@ -52,8 +52,16 @@ pub struct Context {
 const RECENTLY_SEEN: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Context {
-    pub fn new(client: Client, config: Config, metrics: Arc<Metrics>, stores: Stores) -> Context {
-        let limit = usize::from(config.concurrency);
+    /// Reconciles still waiting for their turn at a gate are dropped once `shutdown` is
+    /// cancelled.
+    pub fn new(
+        client: Client,
+        config: Config,
+        metrics: Arc<Metrics>,
+        stores: Stores,
+        shutdown: &tokio_util::sync::CancellationToken,
+    ) -> Context {
+        let gates = crate::controller::gate::Gates::new(usize::from(config.concurrency), shutdown);
         Context {
             events: crate::events::Publisher::new(client.clone(), REPORTER, &config.identity()),
             policy: config.policy(),
@@ -64,19 +72,9 @@ impl Context {
             recently_seen: crate::stack::references::RecentlySeen::new(RECENTLY_SEEN),
             failures: Mutex::new(HashMap::new()),
             update_status: Mutex::new(HashMap::new()),
-            gates: crate::controller::gate::Gates::new(
-                limit,
-                &tokio_util::sync::CancellationToken::new(),
-            ),
+            gates,
             warnings: Default::default(),
         }
-    }
-
-    /// Reconciles still waiting for their turn are dropped once `shutdown` is cancelled.
-    pub fn stopping_on(mut self, shutdown: &tokio_util::sync::CancellationToken) -> Context {
-        self.gates =
-            crate::controller::gate::Gates::new(usize::from(self.config.concurrency), shutdown);
-        self
     }
 
     /// Records one more failure of `key` and returns how many in a row.

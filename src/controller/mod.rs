@@ -462,22 +462,20 @@ fn run_in(
     // A Stack is reconciled when what it asks for changes, not when its own status does (as
     // PKO's predicates): a reconcile's status write never triggers the next one, so an error
     // after a write backs off instead of looping.
-    let ctx = Arc::new(
-        Context::new(
-            client.clone(),
-            scope.config.clone(),
-            scope.metrics.clone(),
-            Stores {
-                stacks: stacks.clone(),
-                updates: updates.clone(),
-                programs: programs.clone(),
-                workspaces: workspaces.clone(),
-                jobs: jobs.clone(),
-                pods: pods.clone(),
-            },
-        )
-        .stopping_on(&shutdown),
-    );
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        scope.config.clone(),
+        scope.metrics.clone(),
+        Stores {
+            stacks: stacks.clone(),
+            updates: updates.clone(),
+            programs: programs.clone(),
+            workspaces: workspaces.clone(),
+            jobs: jobs.clone(),
+            pods: pods.clone(),
+        },
+        &shutdown,
+    ));
     let mut seen = SpecChanges::default();
     let mut stack_alive = alive(stacks.clone(), ctx.clone(), "stack");
     let stack_primary = stack_primary.filter(move |s| {
@@ -925,6 +923,7 @@ mod tests {
                 jobs: reflector::store().0,
                 pods: reflector::store().0,
             },
+            &CancellationToken::new(),
         );
         let update: Update = serde_json::from_value(serde_json::json!({
             "apiVersion": "auto.pulumi.com/v1alpha1", "kind": "Update",
@@ -985,6 +984,7 @@ mod tests {
                 jobs: reflector::store().0,
                 pods: reflector::store().0,
             },
+            &CancellationToken::new(),
         ));
         let s = Arc::new(stack(1, "", 1));
         writer.apply_watcher_event(&watcher::Event::Apply((*s).clone()));
