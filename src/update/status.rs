@@ -153,6 +153,16 @@ pub fn pod_progress(pod: &Pod, now: jiff::Timestamp) -> Progress {
     }
 }
 
+fn deadline_message(job: &Job) -> String {
+    format!(
+        "the operation exceeded its deadline of {}s (spec.operationTimeoutSeconds) and was stopped",
+        job.spec
+            .as_ref()
+            .and_then(|s| s.active_deadline_seconds)
+            .unwrap_or(0)
+    )
+}
+
 /// Whether a pod still runs (or may still run) processes.
 fn pod_busy(pod: &Pod) -> bool {
     !matches!(
@@ -192,17 +202,19 @@ pub fn progress(job: Option<&Job>, pods: &[&Pod], now: jiff::Timestamp) -> Progr
     let job_outcome = job_failed.map(|c| {
         let reason = c.reason.clone().unwrap_or_else(|| "JobFailed".into());
         let message = match reason.as_str() {
-            "DeadlineExceeded" => format!(
-                "the operation exceeded its deadline of {}s (spec.operationTimeoutSeconds) and was stopped",
-                job.spec.as_ref().and_then(|s| s.active_deadline_seconds).unwrap_or(0)
-            ),
-            _ => c.message.clone().unwrap_or_else(|| format!("the Job failed: {reason}")),
+            "DeadlineExceeded" => deadline_message(job),
+            _ => c
+                .message
+                .clone()
+                .unwrap_or_else(|| format!("the Job failed: {reason}")),
         };
-        Progress::Failed { reason, message, result: None, end: c.last_transition_time.clone() }
+        Progress::Failed {
+            reason,
+            message,
+            result: None,
+            end: c.last_transition_time.clone(),
+        }
     });
-    let deadline = job_outcome
-        .as_ref()
-        .filter(|o| matches!(o, Progress::Failed { reason, .. } if reason == "DeadlineExceeded"));
     let first_finished = outcomes
         .iter()
         .find(|o| !matches!(o, Progress::Running { .. }));
@@ -223,28 +235,44 @@ pub fn progress(job: Option<&Job>, pods: &[&Pod], now: jiff::Timestamp) -> Progr
         result: None,
         end: None,
     });
-    // A pod whose runner was interrupted (SIGTERM) may be seen stopped before its Job says
-    // why (the Job controller stops the pods of a Job past its deadline before it writes the
-    // condition): past the deadline, the Job's verdict (it always comes) names the cause.
-    let past_deadline = job
+    // The Job controller stops the pods of a Job past its deadline, and its verdict may come
+    // after the pod's own result or name another cause: when a stopped pod is counted as
+    // failed before the deadline is looked at, it says BackoffLimitExceeded (seen on 1.37).
+    // An operation interrupted (or ended) once its deadline had passed was stopped by it.
+    let deadline_at = job
         .spec
         .as_ref()
         .and_then(|s| s.active_deadline_seconds)
         .zip(job.status.as_ref().and_then(|s| s.start_time.as_ref()))
-        .is_some_and(|(secs, start)| now.as_second() >= start.0.as_second().saturating_add(secs));
-    let interrupted_without_verdict = past_deadline
-        && job_outcome.is_none()
-        && !job_complete
-        && first_finished.is_some_and(|o| {
-            matches!(o, Progress::Failed { result: Some(r), .. }
-                if r.reason == Some(pulumi_operator_api::plan::FailureReason::Interrupted))
+        .map(|(secs, start)| start.0.as_second().saturating_add(secs));
+    let stopped_by_deadline = deadline_at.is_some_and(|at| {
+        now.as_second() >= at
+            && !job_complete
+            && first_finished.is_some_and(|o| match o {
+                Progress::Failed { result, end, .. } => {
+                    result.as_ref().and_then(|r| r.reason)
+                        == Some(pulumi_operator_api::plan::FailureReason::Interrupted)
+                        || end.as_ref().is_some_and(|e| e.0.as_second() >= at)
+                }
+                _ => false,
+            })
+    });
+    let deadline = job_outcome
+        .clone()
+        .filter(|o| matches!(o, Progress::Failed { reason, .. } if reason == "DeadlineExceeded"))
+        .or_else(|| {
+            stopped_by_deadline.then(|| Progress::Failed {
+                reason: "DeadlineExceeded".into(),
+                message: deadline_message(job),
+                result: None,
+                end: first_finished.and_then(|o| match o {
+                    Progress::Failed { end, .. } => end.clone(),
+                    _ => None,
+                }),
+            })
         });
-    if interrupted_without_verdict {
-        return Progress::Running {
-            message: "the operation was interrupted; waiting for its Job to say why".into(),
-        };
-    }
     let outcome = deadline
+        .as_ref()
         .or(first_finished)
         .or(job_outcome.as_ref())
         .or(result_lost.as_ref());
@@ -1019,14 +1047,41 @@ mod tests {
         let stopped = pod(
             json!({"phase": "Failed", "containerStatuses": [terminated("pulumi", 1, "Error", &interrupted.to_termination_message())]}),
         );
-        // Seen past the deadline before the Job says why: not final yet.
-        let mut late = job(json!([]));
-        late.status.as_mut().unwrap().start_time =
-            Some(Time(now() - jiff::SignedDuration::from_secs(61)));
-        assert!(matches!(
-            progress(Some(&late), &[&stopped], now()),
-            Progress::Running { .. }
-        ));
+        // Interrupted past the deadline: the deadline stopped it, before the Job says so, and
+        // when the Job's verdict names the pod's failure instead (1.37 may count the stopped
+        // pod first: BackoffLimitExceeded).
+        let past = |conditions| {
+            let mut j = job(conditions);
+            j.status.as_mut().unwrap().start_time =
+                Some(Time(now() - jiff::SignedDuration::from_secs(61)));
+            j
+        };
+        let backoff = json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "x"}]);
+        for late in [past(json!([])), past(backoff.clone())] {
+            match progress(Some(&late), &[&stopped], now()) {
+                Progress::Failed { reason, .. } => assert_eq!(reason, "DeadlineExceeded"),
+                other => panic!("{other:?}"),
+            }
+        }
+        // A pod that failed on its own before the deadline keeps its own reason.
+        let own = RunResult::failed(FailureReason::UpdateFailed, "provider error");
+        let mut failed_early = pod(
+            json!({"phase": "Failed", "containerStatuses": [terminated("pulumi", 1, "Error", &own.to_termination_message())]}),
+        );
+        let early_end = Some(Time(now() - jiff::SignedDuration::from_secs(30)));
+        if let Some(t) = failed_early
+            .status
+            .as_mut()
+            .and_then(|s| s.container_statuses.as_mut())
+            .and_then(|c| c[0].state.as_mut())
+            .and_then(|s| s.terminated.as_mut())
+        {
+            t.finished_at = early_end;
+        }
+        match progress(Some(&past(backoff)), &[&failed_early], now()) {
+            Progress::Failed { reason, .. } => assert_eq!(reason, "UpdateFailed"),
+            other => panic!("{other:?}"),
+        }
         match progress(Some(&target), &[&stopped], now()) {
             Progress::Failed {
                 reason, message, ..
