@@ -159,21 +159,82 @@ pub async fn owning_stack<K: Resource>(
     Ok(api.get_opt(&owner.name).await?.filter(same).map(Arc::new))
 }
 
-/// The newest cached copy of a reconciled object.
-pub trait Latest: Sized {
-    fn latest(stores: &Stores, obj: &Self) -> Option<Arc<Self>>;
+/// What the gate needs of a reconciled object: its newest cached copy, and whether it waits
+/// in the urgent lane.
+pub trait Latest: Sized + Resource<DynamicType = ()> {
+    fn latest(stores: &Stores, obj: &ObjectRef<Self>) -> Option<Arc<Self>>;
+    fn lane(&self) -> gate::Lane;
 }
 
 macro_rules! latest_from {
-    ($($kind:ty => $store:ident),*) => {
+    ($($kind:ty => $store:ident, $lane:path),*) => {
         $(impl Latest for $kind {
-            fn latest(stores: &Stores, obj: &Self) -> Option<Arc<Self>> {
-                stores.$store.get(&ObjectRef::from_obj(obj))
+            fn latest(stores: &Stores, obj: &ObjectRef<Self>) -> Option<Arc<Self>> {
+                stores.$store.get(obj)
+            }
+            fn lane(&self) -> gate::Lane {
+                $lane(self)
             }
         })*
     };
 }
-latest_from!(Stack => stacks, Update => updates, Workspace => workspaces, Program => programs);
+latest_from!(
+    Stack => stacks, stack_lane,
+    Update => updates, update_lane,
+    Workspace => workspaces, workspace_lane,
+    Program => programs, program_lane
+);
+
+fn lane_if(urgent: bool) -> gate::Lane {
+    if urgent {
+        gate::Lane::Urgent
+    } else {
+        gate::Lane::Routine
+    }
+}
+
+/// A Stack whose spec, reconcile request or deletion the operator has not acted on yet.
+fn stack_lane(stack: &Stack) -> gate::Lane {
+    let status = stack.status.as_ref();
+    let request = stack
+        .annotations()
+        .get(pulumi_operator_api::names::RECONCILIATION_REQUEST_ANNOTATION);
+    lane_if(
+        stack.metadata.deletion_timestamp.is_some()
+            || status.and_then(|s| s.observed_generation) != stack.metadata.generation
+            || request.is_some_and(|r| {
+                status.and_then(|s| s.observed_reconcile_request.as_ref()) != Some(r)
+            }),
+    )
+}
+
+/// An Update whose operation has not started yet, or that is being deleted (a cancel).
+fn update_lane(update: &Update) -> gate::Lane {
+    lane_if(
+        update.metadata.deletion_timestamp.is_some()
+            || update
+                .status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .is_none(),
+    )
+}
+
+/// A Workspace not reconciled yet, changed, or being deleted.
+fn workspace_lane(workspace: &Workspace) -> gate::Lane {
+    lane_if(
+        workspace.metadata.deletion_timestamp.is_some()
+            || workspace
+                .status
+                .as_ref()
+                .and_then(|s| s.observed_generation)
+                != workspace.metadata.generation,
+    )
+}
+
+fn program_lane(_: &Program) -> gate::Lane {
+    gate::Lane::Routine
+}
 
 /// Wraps a reconcile with a tracing span naming the object, the reconcile metrics, and the
 /// per-object failure count used by `error_policy`.
@@ -193,11 +254,16 @@ where
         obj.namespace().unwrap_or_default(),
         obj.name_any()
     );
-    let Some(_turn) = ctx.gates.of(controller).enter().await else {
+    // While it waits, the reconcile holds the object's name, not the object: the cache may
+    // replace it meanwhile, and thousands wait at once under load.
+    let lane = obj.lane();
+    let object = ObjectRef::from_obj(obj.as_ref());
+    drop(obj);
+    let Some(_turn) = ctx.gates.of(controller).enter(lane).await else {
         return Ok(Action::await_change()); // shutting down
     };
     // The object may have changed, or gone, while this reconcile waited for its turn.
-    let Some(obj) = K::latest(&ctx.stores, &obj) else {
+    let Some(obj) = K::latest(&ctx.stores, &object) else {
         return Ok(Action::await_change());
     };
     let span = info_span!("reconcile", controller, object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()));
@@ -868,6 +934,53 @@ async fn cancelled(token: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_a_person_asked_for_waits_in_the_urgent_lane() {
+        use gate::Lane::{Routine, Urgent};
+        let stack = |meta: serde_json::Value, status: serde_json::Value| -> Stack {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "pulumi.com/v1", "kind": "Stack", "metadata": meta,
+                "spec": {"stack": "s"}, "status": status,
+            }))
+            .expect("a Stack")
+        };
+        let acted_on =
+            serde_json::json!({"observedGeneration": 2, "observedReconcileRequest": "r1"});
+        let meta = serde_json::json!({"name": "a", "namespace": "n", "generation": 2,
+            "annotations": {"pulumi.com/reconciliation-request": "r1"}});
+        assert_eq!(stack_lane(&stack(meta.clone(), acted_on.clone())), Routine);
+        // New, edited, asked again, deleted.
+        assert_eq!(
+            stack_lane(&stack(meta.clone(), serde_json::json!(null))),
+            Urgent
+        );
+        let mut edited = meta.clone();
+        edited["generation"] = 3.into();
+        assert_eq!(stack_lane(&stack(edited, acted_on.clone())), Urgent);
+        let mut asked = meta.clone();
+        asked["annotations"]["pulumi.com/reconciliation-request"] = "r2".into();
+        assert_eq!(stack_lane(&stack(asked, acted_on.clone())), Urgent);
+        let mut deleted = meta;
+        deleted["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
+        assert_eq!(stack_lane(&stack(deleted, acted_on)), Urgent);
+
+        let update = |status: serde_json::Value| -> Update {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "auto.pulumi.com/v1alpha1", "kind": "Update",
+                "metadata": {"name": "u", "namespace": "n"},
+                "spec": {"stackName": "s", "type": "up"}, "status": status,
+            }))
+            .expect("an Update")
+        };
+        assert_eq!(update_lane(&update(serde_json::json!(null))), Urgent);
+        assert_eq!(
+            update_lane(&update(
+                serde_json::json!({"startTime": "2026-01-01T00:00:00Z"})
+            )),
+            Routine
+        );
+    }
 
     #[test]
     fn caches_keep_what_decisions_read() {
