@@ -236,8 +236,11 @@ fn program_lane(_: &Program) -> gate::Lane {
     gate::Lane::Routine
 }
 
-/// Wraps a reconcile with a tracing span naming the object, the reconcile metrics, and the
-/// per-object failure count used by `error_policy`.
+/// Waits for the reconcile's turn at its controller's gate, then runs it (see [`run_turn`]).
+/// kube-runtime runs each scheduled reconcile as a task, and thousands wait here at once
+/// after a restart or under a burst: while waiting, the task holds the object's name and the
+/// gate's queue entry, a few hundred bytes; the reconcile's own state is allocated once its
+/// turn comes.
 async fn instrumented<K, F, Fut>(
     controller: &'static str,
     obj: Arc<K>,
@@ -249,31 +252,45 @@ where
     F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
     Fut: Future<Output = Result<Action, Error>>,
 {
+    // Not the object itself: the cache may replace it while this waits.
+    let lane = obj.lane();
+    let object = ObjectRef::from_obj(obj.as_ref());
+    drop(obj);
+    let Some(turn) = ctx.gates.of(controller).enter(lane).await else {
+        return Ok(Action::await_change()); // shutting down
+    };
+    Box::pin(run_turn(controller, object, ctx, f, turn)).await
+}
+
+/// Runs a reconcile with a tracing span naming the object, the reconcile metrics, and the
+/// per-object failure count used by `error_policy`.
+async fn run_turn<K, F, Fut>(
+    controller: &'static str,
+    object: ObjectRef<K>,
+    ctx: Arc<Context>,
+    f: F,
+    _turn: gate::Turn,
+) -> Result<Action, Error>
+where
+    K: Resource<DynamicType = ()> + ResourceExt + Latest,
+    F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
+    Fut: Future<Output = Result<Action, Error>>,
+{
+    // The object may have changed, or gone, while this reconcile waited for its turn.
+    let Some(obj) = K::latest(&ctx.stores, &object) else {
+        return Ok(Action::await_change());
+    };
     let key = format!(
         "{controller}/{}/{}",
         obj.namespace().unwrap_or_default(),
         obj.name_any()
     );
-    // While it waits, the reconcile holds the object's name, not the object: the cache may
-    // replace it meanwhile, and thousands wait at once under load.
-    let lane = obj.lane();
-    let object = ObjectRef::from_obj(obj.as_ref());
-    drop(obj);
-    let Some(_turn) = ctx.gates.of(controller).enter(lane).await else {
-        return Ok(Action::await_change()); // shutting down
-    };
-    // The object may have changed, or gone, while this reconcile waited for its turn.
-    let Some(obj) = K::latest(&ctx.stores, &object) else {
-        return Ok(Action::await_change());
-    };
     let span = info_span!("reconcile", controller, object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()));
     let timer = ctx.metrics.reconcile_started(controller);
     let object = obj.object_ref(&());
     // A bug triggered by one object's content stays with that object: the panic becomes this
     // reconcile's error (backed off, reported on the object), never the end of the process.
-    // Boxed: a reconcile waiting at the gate then holds a pointer, not the whole state of the
-    // reconcile it will run (thousands wait at once after a restart).
-    let result = match std::panic::AssertUnwindSafe(Box::pin(f(obj, ctx.clone())).instrument(span))
+    let result = match std::panic::AssertUnwindSafe(f(obj, ctx.clone()).instrument(span))
         .catch_unwind()
         .await
     {
@@ -934,6 +951,28 @@ async fn cancelled(token: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Thousands of reconciles wait at a gate at once (a restart with 10,000 Stacks): each is
+    /// a task holding this future.
+    #[test]
+    fn a_reconcile_waiting_for_its_turn_is_small() {
+        fn future_size<A, B, Fut>(_: impl Fn(A, B) -> Fut) -> usize {
+            std::mem::size_of::<Fut>()
+        }
+        let sizes = [
+            future_size(|o: Arc<Stack>, c: Arc<Context>| {
+                instrumented("stack", o, c, stack::reconcile_guarded)
+            }),
+            future_size(|o: Arc<Update>, c: Arc<Context>| {
+                instrumented("update", o, c, update::reconcile)
+            }),
+            future_size(|o: Arc<Program>, c: Arc<Context>| {
+                instrumented("program", o, c, program::reconcile)
+            }),
+        ];
+        eprintln!("waiting reconcile sizes: {sizes:?}");
+        assert!(sizes.iter().all(|s| *s <= 512), "{sizes:?}");
+    }
 
     #[test]
     fn what_a_person_asked_for_waits_in_the_urgent_lane() {
