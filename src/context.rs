@@ -22,6 +22,10 @@ pub struct Stores {
     pub workspaces: Store<Workspace>,
     pub jobs: Store<CachedJob>,
     pub pods: Store<CachedPod>,
+    /// Update pods by the Update's name label.
+    pub pods_by_update: Arc<crate::controller::index::LabelIndex>,
+    /// Updates by their Stack's name label.
+    pub updates_by_stack: Arc<crate::controller::index::LabelIndex>,
 }
 
 pub struct Context {

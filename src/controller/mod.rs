@@ -2,6 +2,7 @@
 //! namespace), bounded concurrency, errors backed off per object, graceful shutdown.
 
 pub mod gate;
+pub mod index;
 pub mod program;
 pub mod stack;
 pub mod update;
@@ -402,6 +403,7 @@ fn shared<K>(
     api: Api<K>,
     cfg: watcher::Config,
     consumers: usize,
+    index: Option<Arc<index::LabelIndex>>,
 ) -> (Store<K>, Vec<Feed<K>>, Running)
 where
     K: Resource<DynamicType = ()> + Trim + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -421,10 +423,28 @@ where
                     let _ = s.unbounded_send(o.clone());
                 }
             };
+            // The index first: the reconciles these events trigger read it.
             match event {
-                Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => send(Arc::new(o)),
+                Ok(watcher::Event::Apply(o)) => {
+                    if let Some(index) = &index {
+                        index.apply(&o);
+                    }
+                    send(Arc::new(o))
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    if let Some(index) = &index {
+                        index.delete(&o);
+                    }
+                    send(Arc::new(o))
+                }
                 // A (re)list is in the store only once it is complete: then every object.
-                Ok(watcher::Event::InitDone) => filled.state().into_iter().for_each(send),
+                Ok(watcher::Event::InitDone) => {
+                    let all = filled.state();
+                    if let Some(index) = &index {
+                        index.rebuild(&all);
+                    }
+                    all.into_iter().for_each(send)
+                }
                 Ok(_) => {}
                 Err(e) => warn!(kind = %K::kind(&()), "watch failed (retrying with backoff): {e}"),
             }
@@ -505,12 +525,25 @@ fn run_in(
     };
     let ours = move || wc().labels(pulumi_operator_api::names::UPDATE_NAME_LABEL);
 
-    let (jobs, mut job_subs, job_driver) = shared(api::<CachedJob>(client, ns), ours(), 1);
-    let (pods, mut pod_subs, pod_driver) = shared(api::<CachedPod>(client, ns), ours(), 1);
-    let (updates, mut update_subs, update_driver) = shared(api::<Update>(client, ns), wc(), 2);
-    let (programs, mut program_subs, program_driver) = shared(api::<Program>(client, ns), wc(), 2);
+    let pods_by_update = index::LabelIndex::new(pulumi_operator_api::names::UPDATE_NAME_LABEL);
+    let updates_by_stack = index::LabelIndex::new(pulumi_operator_api::names::STACK_NAME_LABEL);
+    let (jobs, mut job_subs, job_driver) = shared(api::<CachedJob>(client, ns), ours(), 1, None);
+    let (pods, mut pod_subs, pod_driver) = shared(
+        api::<CachedPod>(client, ns),
+        ours(),
+        1,
+        Some(pods_by_update.clone()),
+    );
+    let (updates, mut update_subs, update_driver) = shared(
+        api::<Update>(client, ns),
+        wc(),
+        2,
+        Some(updates_by_stack.clone()),
+    );
+    let (programs, mut program_subs, program_driver) =
+        shared(api::<Program>(client, ns), wc(), 2, None);
     let (workspaces, mut workspace_subs, workspace_driver) =
-        shared(api::<Workspace>(client, ns), wc(), 2);
+        shared(api::<Workspace>(client, ns), wc(), 2, None);
     let (
         Some(update_primary),
         Some(update_owned),
@@ -535,7 +568,7 @@ fn run_in(
         return (Vec::new(), reflector::store().0, programs);
     };
 
-    let (stacks, mut stack_subs, stack_driver) = shared(api::<Stack>(client, ns), wc(), 3);
+    let (stacks, mut stack_subs, stack_driver) = shared(api::<Stack>(client, ns), wc(), 3, None);
     let (Some(stack_primary), Some(stack_dependents), Some(stack_workspaces)) =
         (stack_subs.pop(), stack_subs.pop(), stack_subs.pop())
     else {
@@ -556,6 +589,8 @@ fn run_in(
             workspaces: workspaces.clone(),
             jobs: jobs.clone(),
             pods: pods.clone(),
+            pods_by_update,
+            updates_by_stack,
         },
         &shutdown,
     ));
@@ -719,11 +754,12 @@ fn run_in(
         ))
     };
     let (statefulsets, mut sts_subs, sts_driver) =
-        shared(api::<StatefulSet>(client, ns), workspace_parts(), 1);
+        shared(api::<StatefulSet>(client, ns), workspace_parts(), 1, None);
     let (claims, mut claim_subs, claim_driver) = shared(
         api::<PersistentVolumeClaim>(client, ns),
         workspace_parts(),
         1,
+        None,
     );
     let (Some(sts_events), Some(claim_events)) = (sts_subs.pop(), claim_subs.pop()) else {
         tracing::error!("shared watch streams gave no subscription; controllers not started");
@@ -1074,6 +1110,8 @@ mod tests {
                 workspaces: reflector::store().0,
                 jobs: reflector::store().0,
                 pods: reflector::store().0,
+                pods_by_update: index::LabelIndex::new("p"),
+                updates_by_stack: index::LabelIndex::new("u"),
             },
             &CancellationToken::new(),
         );
@@ -1135,6 +1173,8 @@ mod tests {
                 workspaces: reflector::store().0,
                 jobs: reflector::store().0,
                 pods: reflector::store().0,
+                pods_by_update: index::LabelIndex::new("p"),
+                updates_by_stack: index::LabelIndex::new("u"),
             },
             &CancellationToken::new(),
         ));

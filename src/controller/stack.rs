@@ -329,11 +329,13 @@ impl<'a> Pass<'a> {
 
     /// The Stack's own Updates (controller reference with its UID), from the cache.
     fn owned_updates(&self) -> Vec<Arc<Update>> {
-        self.ctx.stores.updates.state_filter(|u| {
-            u.metadata.namespace.as_deref() == Some(self.ns.as_str())
-                && u.labels().get(names::STACK_NAME_LABEL) == Some(&self.name)
-                && owned_by(u, &self.uid)
-        })
+        let mut mine =
+            self.ctx
+                .stores
+                .updates_by_stack
+                .lookup(&self.ctx.stores.updates, &self.ns, &self.name);
+        mine.retain(|u| owned_by(u, &self.uid));
+        mine
     }
 
     /// An Update by name: the cache, else the API server (an Update this operator created a
@@ -1447,11 +1449,11 @@ async fn prerequisites_ready(
 async fn prune_history(ctx: &Context, stack: &Stack, ns: &str, status: &StackStatus) {
     let name = stack.name_any();
     let uid = stack.uid().unwrap_or_default();
-    let mine: Vec<Arc<Update>> = ctx.stores.updates.state_filter(|u| {
-        u.metadata.namespace.as_deref() == Some(ns)
-            && u.labels().get(names::STACK_NAME_LABEL) == Some(&name)
-            && owned_by(u, &uid)
-    });
+    let mut mine = ctx
+        .stores
+        .updates_by_stack
+        .lookup(&ctx.stores.updates, ns, &name);
+    mine.retain(|u| owned_by(u, &uid));
     let refs: Vec<&Update> = mine.iter().map(|u| u.as_ref()).collect();
     let last = status
         .last_update

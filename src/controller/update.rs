@@ -309,14 +309,18 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
     if job.is_none() && (deleting || started) {
         // Never a second Job for one Update: once its pods are gone, it ends here and the
         // Stack decides whether to run the operation again.
-        if let Some(pod) = ctx.stores.pods.find(|p| {
-            p.metadata.namespace.as_deref() == Some(ns.as_str())
-                && p.labels().get(names::UPDATE_NAME_LABEL) == Some(&name)
-                && !matches!(
+        if let Some(pod) = ctx
+            .stores
+            .pods_by_update
+            .lookup(&ctx.stores.pods, &ns, &name)
+            .into_iter()
+            .find(|p| {
+                !matches!(
                     p.status.as_ref().and_then(|s| s.phase.as_deref()),
                     Some("Succeeded" | "Failed")
                 )
-        }) {
+            })
+        {
             let progress = Progress::Running {
                 message: format!(
                     "the operation's Job was deleted; waiting for pod {} to stop",
@@ -361,11 +365,11 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         }
     }
 
-    let pods: Vec<Arc<CachedPod>> = ctx.stores.pods.state_filter(|p| {
-        p.metadata.namespace.as_deref() == Some(ns.as_str())
-            && p.labels().get(names::UPDATE_NAME_LABEL) == Some(&name)
-            && job.is_some_and(|j| owned_by_job(p, j))
-    });
+    let mut pods: Vec<Arc<CachedPod>> =
+        ctx.stores
+            .pods_by_update
+            .lookup(&ctx.stores.pods, &ns, &name);
+    pods.retain(|p| job.is_some_and(|j| owned_by_job(p, j)));
     let pod_refs: Vec<&CachedPod> = pods.iter().map(|p| p.as_ref()).collect();
     // Never without a start once the Job exists (see `start`).
     let start = job.and_then(|j| {

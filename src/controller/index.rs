@@ -1,0 +1,162 @@
+//! A watch cache's objects by namespace and the value of one label: an Update's pods (by
+//! `auto.pulumi.com/update-name`) and a Stack's Updates (by `pulumi.com/stack-name`) are
+//! looked up on every reconcile, and a scan of the whole cache made each of those O(N) — with
+//! 10,000 Stacks, half the operator's CPU went to comparing strings.
+//!
+//! Fed by the same watch events as the cache, before those events trigger any reconcile. A
+//! lookup reads the objects from the cache itself and keeps only those that still carry the
+//! value: the index may name an object a moment after it is gone, never miss one the cache
+//! had when the reconcile was triggered.
+
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// namespace → label value → object names.
+type Names = HashMap<String, HashMap<String, HashSet<String>>>;
+
+pub struct LabelIndex {
+    label: &'static str,
+    names: RwLock<Names>,
+}
+
+impl LabelIndex {
+    pub fn new(label: &'static str) -> Arc<LabelIndex> {
+        Arc::new(LabelIndex {
+            label,
+            names: RwLock::default(),
+        })
+    }
+
+    // Nothing panics while holding the lock; a poisoned one still holds consistent maps.
+    fn read(&self) -> RwLockReadGuard<'_, Names> {
+        self.names.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Names> {
+        self.names.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn add<K: ResourceExt>(&self, names: &mut Names, obj: &K) {
+        let (Some(ns), Some(value)) = (obj.namespace(), obj.labels().get(self.label)) else {
+            return;
+        };
+        names
+            .entry(ns)
+            .or_default()
+            .entry(value.clone())
+            .or_default()
+            .insert(obj.name_any());
+    }
+
+    /// An object was added or changed.
+    pub fn apply<K: ResourceExt>(&self, obj: &K) {
+        self.add(&mut self.write(), obj);
+    }
+
+    /// An object was deleted.
+    pub fn delete<K: ResourceExt>(&self, obj: &K) {
+        let (Some(ns), Some(value)) = (obj.namespace(), obj.labels().get(self.label)) else {
+            return;
+        };
+        let mut names = self.write();
+        let Some(values) = names.get_mut(&ns) else {
+            return;
+        };
+        if let Some(set) = values.get_mut(value) {
+            set.remove(&obj.name_any());
+            if set.is_empty() {
+                values.remove(value);
+            }
+        }
+        if values.is_empty() {
+            names.remove(&ns);
+        }
+    }
+
+    /// The cache was (re)listed: exactly its objects.
+    pub fn rebuild<'a, K: ResourceExt + 'a>(&self, objs: impl IntoIterator<Item = &'a Arc<K>>) {
+        let mut fresh = Names::new();
+        for obj in objs {
+            self.add(&mut fresh, obj.as_ref());
+        }
+        *self.write() = fresh;
+    }
+
+    /// The cached objects of `ns` whose label is `value`.
+    pub fn lookup<K>(&self, store: &Store<K>, ns: &str, value: &str) -> Vec<Arc<K>>
+    where
+        K: Resource<DynamicType = ()> + ResourceExt + Clone + 'static,
+    {
+        let names: Vec<String> = self
+            .read()
+            .get(ns)
+            .and_then(|values| values.get(value))
+            .map(|set| set.iter().cloned().collect())
+            .unwrap_or_default();
+        names
+            .iter()
+            .filter_map(|name| store.get(&ObjectRef::new(name).within(ns)))
+            .filter(|o| o.labels().get(self.label).map(String::as_str) == Some(value))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+
+    fn cm(ns: &str, name: &str, owner: &str) -> ConfigMap {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": ns, "labels": {"owner": owner}}
+        }))
+        .expect("a ConfigMap")
+    }
+
+    #[test]
+    fn lookups_follow_the_cache() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let index = LabelIndex::new("owner");
+        let apply = |writer: &mut reflector::store::Writer<ConfigMap>, o: ConfigMap| {
+            writer.apply_watcher_event(&Event::Apply(o.clone()));
+            index.apply(&o);
+        };
+        apply(&mut writer, cm("a", "u1", "s"));
+        apply(&mut writer, cm("a", "u2", "s"));
+        apply(&mut writer, cm("a", "u3", "t"));
+        apply(&mut writer, cm("b", "u1", "s"));
+        let mut names: Vec<String> = index
+            .lookup(&store, "a", "s")
+            .iter()
+            .map(|o| o.name_any())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["u1", "u2"]);
+        assert_eq!(index.lookup(&store, "b", "s").len(), 1);
+        assert!(index.lookup(&store, "c", "s").is_empty());
+
+        // Deleted from the cache first: the lookup no longer returns it.
+        let gone = cm("a", "u2", "s");
+        writer.apply_watcher_event(&Event::Delete(gone.clone()));
+        assert_eq!(index.lookup(&store, "a", "s").len(), 1);
+        index.delete(&gone);
+        assert_eq!(index.read()["a"]["s"].len(), 1);
+
+        // A relist replaces everything.
+        index.rebuild(&store.state());
+        let mut names: Vec<String> = index
+            .lookup(&store, "a", "s")
+            .iter()
+            .map(|o| o.name_any())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["u1"]);
+        // Empty keys do not linger.
+        index.delete(&cm("b", "u1", "s"));
+        assert!(!index.read().contains_key("b"));
+    }
+}
