@@ -23,9 +23,9 @@ pub struct Stores {
     pub jobs: Store<CachedJob>,
     pub pods: Store<CachedPod>,
     /// Update pods by the Update's name label.
-    pub pods_by_update: Arc<crate::controller::index::LabelIndex>,
+    pub pods_by_update: Arc<crate::controller::index::Index<CachedPod>>,
     /// Updates by their Stack's name label.
-    pub updates_by_stack: Arc<crate::controller::index::LabelIndex>,
+    pub updates_by_stack: Arc<crate::controller::index::Index<Update>>,
 }
 
 pub struct Context {

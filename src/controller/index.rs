@@ -1,7 +1,8 @@
-//! A watch cache's objects by namespace and the value of one label: an Update's pods (by
-//! `auto.pulumi.com/update-name`) and a Stack's Updates (by `pulumi.com/stack-name`) are
-//! looked up on every reconcile, and a scan of the whole cache made each of those O(N) — with
-//! 10,000 Stacks, half the operator's CPU went to comparing strings.
+//! A watch cache's objects by namespace and one key (a label's value, a field): an Update's
+//! pods (by `auto.pulumi.com/update-name`), a Stack's Updates (by `pulumi.com/stack-name`) and
+//! a Workspace's Updates (by `spec.workspaceName`) are looked up on every reconcile or event,
+//! and a scan of the whole cache made each of those O(N) — with 10,000 Stacks, half the
+//! operator's CPU went to comparing strings.
 //!
 //! Fed by the same watch events as the cache, before those events trigger any reconcile. A
 //! lookup reads the objects from the cache itself and keeps only those that still carry the
@@ -13,18 +14,31 @@ use kube::{Resource, ResourceExt};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// namespace → label value → object names.
+/// namespace → key → object names.
 type Names = HashMap<String, HashMap<String, HashSet<String>>>;
 
-pub struct LabelIndex {
-    label: &'static str,
+pub struct Index<K> {
+    key: fn(&K) -> Option<&str>,
     names: RwLock<Names>,
 }
 
-impl LabelIndex {
-    pub fn new(label: &'static str) -> Arc<LabelIndex> {
-        Arc::new(LabelIndex {
-            label,
+/// Keyed by the value of the label `L`.
+pub fn label<K: ResourceExt, const L: usize>(obj: &K) -> Option<&str> {
+    obj.labels().get(INDEXED_LABELS[L]).map(String::as_str)
+}
+
+/// The labels an index can be keyed by (a `const` parameter cannot be a string).
+pub const INDEXED_LABELS: [&str; 2] = [
+    pulumi_operator_api::names::UPDATE_NAME_LABEL,
+    pulumi_operator_api::names::STACK_NAME_LABEL,
+];
+pub const UPDATE_NAME: usize = 0;
+pub const STACK_NAME: usize = 1;
+
+impl<K: ResourceExt> Index<K> {
+    pub fn new(key: fn(&K) -> Option<&str>) -> Arc<Index<K>> {
+        Arc::new(Index {
+            key,
             names: RwLock::default(),
         })
     }
@@ -38,26 +52,26 @@ impl LabelIndex {
         self.names.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn add<K: ResourceExt>(&self, names: &mut Names, obj: &K) {
-        let (Some(ns), Some(value)) = (obj.namespace(), obj.labels().get(self.label)) else {
+    fn add(&self, names: &mut Names, obj: &K) {
+        let (Some(ns), Some(value)) = (obj.namespace(), (self.key)(obj)) else {
             return;
         };
         names
             .entry(ns)
             .or_default()
-            .entry(value.clone())
+            .entry(value.to_string())
             .or_default()
             .insert(obj.name_any());
     }
 
     /// An object was added or changed.
-    pub fn apply<K: ResourceExt>(&self, obj: &K) {
+    pub fn apply(&self, obj: &K) {
         self.add(&mut self.write(), obj);
     }
 
     /// An object was deleted.
-    pub fn delete<K: ResourceExt>(&self, obj: &K) {
-        let (Some(ns), Some(value)) = (obj.namespace(), obj.labels().get(self.label)) else {
+    pub fn delete(&self, obj: &K) {
+        let (Some(ns), Some(value)) = (obj.namespace(), (self.key)(obj)) else {
             return;
         };
         let mut names = self.write();
@@ -76,7 +90,10 @@ impl LabelIndex {
     }
 
     /// The cache was (re)listed: exactly its objects.
-    pub fn rebuild<'a, K: ResourceExt + 'a>(&self, objs: impl IntoIterator<Item = &'a Arc<K>>) {
+    pub fn rebuild<'a>(&self, objs: impl IntoIterator<Item = &'a Arc<K>>)
+    where
+        K: 'a,
+    {
         let mut fresh = Names::new();
         for obj in objs {
             self.add(&mut fresh, obj.as_ref());
@@ -84,10 +101,10 @@ impl LabelIndex {
         *self.write() = fresh;
     }
 
-    /// The cached objects of `ns` whose label is `value`.
-    pub fn lookup<K>(&self, store: &Store<K>, ns: &str, value: &str) -> Vec<Arc<K>>
+    /// The cached objects of `ns` whose key is `value`.
+    pub fn lookup(&self, store: &Store<K>, ns: &str, value: &str) -> Vec<Arc<K>>
     where
-        K: Resource<DynamicType = ()> + ResourceExt + Clone + 'static,
+        K: Resource<DynamicType = ()> + Clone + 'static,
     {
         let names: Vec<String> = self
             .read()
@@ -98,7 +115,7 @@ impl LabelIndex {
         names
             .iter()
             .filter_map(|name| store.get(&ObjectRef::new(name).within(ns)))
-            .filter(|o| o.labels().get(self.label).map(String::as_str) == Some(value))
+            .filter(|o| (self.key)(o) == Some(value))
             .collect()
     }
 }
@@ -112,7 +129,7 @@ mod tests {
 
     fn cm(ns: &str, name: &str, owner: &str) -> ConfigMap {
         serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "namespace": ns, "labels": {"owner": owner}}
+            "metadata": {"name": name, "namespace": ns, "labels": {INDEXED_LABELS[STACK_NAME]: owner}}
         }))
         .expect("a ConfigMap")
     }
@@ -120,7 +137,7 @@ mod tests {
     #[test]
     fn lookups_follow_the_cache() {
         let (store, mut writer) = reflector::store::<ConfigMap>();
-        let index = LabelIndex::new("owner");
+        let index = Index::new(label::<ConfigMap, STACK_NAME>);
         let apply = |writer: &mut reflector::store::Writer<ConfigMap>, o: ConfigMap| {
             writer.apply_watcher_event(&Event::Apply(o.clone()));
             index.apply(&o);

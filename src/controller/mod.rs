@@ -403,7 +403,7 @@ fn shared<K>(
     api: Api<K>,
     cfg: watcher::Config,
     consumers: usize,
-    index: Option<Arc<index::LabelIndex>>,
+    indexes: Vec<Arc<index::Index<K>>>,
 ) -> (Store<K>, Vec<Feed<K>>, Running)
 where
     K: Resource<DynamicType = ()> + Trim + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -426,23 +426,17 @@ where
             // The index first: the reconciles these events trigger read it.
             match event {
                 Ok(watcher::Event::Apply(o)) => {
-                    if let Some(index) = &index {
-                        index.apply(&o);
-                    }
+                    indexes.iter().for_each(|i| i.apply(&o));
                     send(Arc::new(o))
                 }
                 Ok(watcher::Event::Delete(o)) => {
-                    if let Some(index) = &index {
-                        index.delete(&o);
-                    }
+                    indexes.iter().for_each(|i| i.delete(&o));
                     send(Arc::new(o))
                 }
                 // A (re)list is in the store only once it is complete: then every object.
                 Ok(watcher::Event::InitDone) => {
                     let all = filled.state();
-                    if let Some(index) = &index {
-                        index.rebuild(&all);
-                    }
+                    indexes.iter().for_each(|i| i.rebuild(&all));
                     all.into_iter().for_each(send)
                 }
                 Ok(_) => {}
@@ -525,25 +519,26 @@ fn run_in(
     };
     let ours = move || wc().labels(pulumi_operator_api::names::UPDATE_NAME_LABEL);
 
-    let pods_by_update = index::LabelIndex::new(pulumi_operator_api::names::UPDATE_NAME_LABEL);
-    let updates_by_stack = index::LabelIndex::new(pulumi_operator_api::names::STACK_NAME_LABEL);
-    let (jobs, mut job_subs, job_driver) = shared(api::<CachedJob>(client, ns), ours(), 1, None);
+    let pods_by_update = index::Index::new(index::label::<CachedPod, { index::UPDATE_NAME }>);
+    let updates_by_stack = index::Index::new(index::label::<Update, { index::STACK_NAME }>);
+    let updates_by_workspace = index::Index::new(|u: &Update| u.spec.workspace_name.as_deref());
+    let (jobs, mut job_subs, job_driver) = shared(api::<CachedJob>(client, ns), ours(), 1, vec![]);
     let (pods, mut pod_subs, pod_driver) = shared(
         api::<CachedPod>(client, ns),
         ours(),
         1,
-        Some(pods_by_update.clone()),
+        vec![pods_by_update.clone()],
     );
     let (updates, mut update_subs, update_driver) = shared(
         api::<Update>(client, ns),
         wc(),
         2,
-        Some(updates_by_stack.clone()),
+        vec![updates_by_stack.clone(), updates_by_workspace.clone()],
     );
     let (programs, mut program_subs, program_driver) =
-        shared(api::<Program>(client, ns), wc(), 2, None);
+        shared(api::<Program>(client, ns), wc(), 2, vec![]);
     let (workspaces, mut workspace_subs, workspace_driver) =
-        shared(api::<Workspace>(client, ns), wc(), 2, None);
+        shared(api::<Workspace>(client, ns), wc(), 2, vec![]);
     let (
         Some(update_primary),
         Some(update_owned),
@@ -568,7 +563,7 @@ fn run_in(
         return (Vec::new(), reflector::store().0, programs);
     };
 
-    let (stacks, mut stack_subs, stack_driver) = shared(api::<Stack>(client, ns), wc(), 3, None);
+    let (stacks, mut stack_subs, stack_driver) = shared(api::<Stack>(client, ns), wc(), 3, vec![]);
     let (Some(stack_primary), Some(stack_dependents), Some(stack_workspaces)) =
         (stack_subs.pop(), stack_subs.pop(), stack_subs.pop())
     else {
@@ -629,14 +624,13 @@ fn run_in(
                 .map(|t| t.kind.clone())
                 .unwrap_or_default();
             let refs: Vec<ObjectRef<Stack>> = stacks_for_flux
-                .state()
-                .iter()
-                .filter(|s| {
+                .state_filter(|s| {
                     s.metadata.namespace == obj.metadata.namespace
                         && s.spec.flux_source.as_ref().is_some_and(|f| {
                             f.source_ref.kind == kind && f.source_ref.name == obj.name_any()
                         })
                 })
+                .iter()
                 .map(|s| ObjectRef::from(s.as_ref()))
                 .collect();
             futures::stream::iter(refs)
@@ -647,17 +641,18 @@ fn run_in(
     let stacks_for_dependents = stacks.clone();
     let stack_run = stack_ctrl
         .watches_shared_stream(stack_dependents, move |p: Arc<Stack>| {
+            // In place: this runs over every Stack for each Stack event.
             stacks_for_dependents
-                .state()
-                .iter()
-                .filter(|s| {
-                    s.metadata.namespace == p.metadata.namespace
+                .state_filter(|s| {
+                    s.spec.prerequisites.as_ref().is_some_and(|r| !r.is_empty())
+                        && s.metadata.namespace == p.metadata.namespace
                         && s.spec
                             .prerequisites
                             .iter()
                             .flatten()
-                            .any(|r| r.name == p.name_any())
+                            .any(|r| Some(&r.name) == p.metadata.name.as_ref())
                 })
+                .iter()
                 .map(|s| ObjectRef::from(s.as_ref()))
                 .collect::<Vec<_>>()
         })
@@ -666,15 +661,14 @@ fn run_in(
         .owns_shared_stream(update_owned)
         .watches_shared_stream(program_users, move |p: Arc<Program>| {
             stacks_for_programs
-                .state()
-                .iter()
-                .filter(|s| {
+                .state_filter(|s| {
                     s.metadata.namespace == p.metadata.namespace
                         && s.spec
                             .program_ref
                             .as_ref()
                             .is_some_and(|r| r.name == p.name_any())
                 })
+                .iter()
                 .map(|s| ObjectRef::from(s.as_ref()))
                 .collect::<Vec<_>>()
         })
@@ -723,14 +717,14 @@ fn run_in(
         .reconcile_on(pod_triggers)
         .reconcile_on(warning_triggers)
         .watches_shared_stream(ws_users, move |w: Arc<Workspace>| {
-            // Compared in place: this runs over every Update for each Workspace event.
-            updates_for_workspaces
-                .state_filter(|u| {
-                    u.metadata.namespace == w.metadata.namespace
-                        && u.spec.workspace_name == w.metadata.name
-                        && !crate::stack::status::update_complete(u)
-                })
+            updates_by_workspace
+                .lookup(
+                    &updates_for_workspaces,
+                    w.metadata.namespace.as_deref().unwrap_or_default(),
+                    &w.name_any(),
+                )
                 .iter()
+                .filter(|u| !crate::stack::status::update_complete(u))
                 .map(|u| ObjectRef::from(u.as_ref()))
                 .collect::<Vec<_>>()
         })
@@ -754,12 +748,12 @@ fn run_in(
         ))
     };
     let (statefulsets, mut sts_subs, sts_driver) =
-        shared(api::<StatefulSet>(client, ns), workspace_parts(), 1, None);
+        shared(api::<StatefulSet>(client, ns), workspace_parts(), 1, vec![]);
     let (claims, mut claim_subs, claim_driver) = shared(
         api::<PersistentVolumeClaim>(client, ns),
         workspace_parts(),
         1,
-        None,
+        vec![],
     );
     let (Some(sts_events), Some(claim_events)) = (sts_subs.pop(), claim_subs.pop()) else {
         tracing::error!("shared watch streams gave no subscription; controllers not started");
@@ -1110,8 +1104,8 @@ mod tests {
                 workspaces: reflector::store().0,
                 jobs: reflector::store().0,
                 pods: reflector::store().0,
-                pods_by_update: index::LabelIndex::new("p"),
-                updates_by_stack: index::LabelIndex::new("u"),
+                pods_by_update: index::Index::new(|_| None),
+                updates_by_stack: index::Index::new(|_| None),
             },
             &CancellationToken::new(),
         );
@@ -1173,8 +1167,8 @@ mod tests {
                 workspaces: reflector::store().0,
                 jobs: reflector::store().0,
                 pods: reflector::store().0,
-                pods_by_update: index::LabelIndex::new("p"),
-                updates_by_stack: index::LabelIndex::new("u"),
+                pods_by_update: index::Index::new(|_| None),
+                updates_by_stack: index::Index::new(|_| None),
             },
             &CancellationToken::new(),
         ));

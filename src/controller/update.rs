@@ -84,9 +84,10 @@ async fn finished(update: &Update, ctx: &Context, ns: &str) -> Result<Action> {
         // it the logs `kubectl logs job/<update>` shows.
         let a_pod_ended = ctx
             .stores
-            .pods
-            .find(|p| owned_by_job(p, &job) && pod_ended(p))
-            .is_some();
+            .pods_by_update
+            .lookup(&ctx.stores.pods, ns, &name)
+            .iter()
+            .any(|p| owned_by_job(p, &job) && pod_ended(p));
         if !job_finished(&job) && !a_pod_ended {
             stop_job(ctx, ns, &job).await?;
         }
