@@ -28,6 +28,20 @@ pub struct Stores {
     pub updates_by_stack: Arc<crate::controller::index::Index<Update>>,
 }
 
+impl Stores {
+    /// The cached pods of an Update (by its name label).
+    pub fn pods_of_update(&self, ns: &str, update: &str) -> Vec<Arc<CachedPod>> {
+        self.pods_by_update.lookup(&self.pods, ns, update)
+    }
+
+    /// The cached Updates a Stack owns (by its name label, then its UID).
+    pub fn updates_of_stack(&self, ns: &str, stack: &str, uid: &str) -> Vec<Arc<Update>> {
+        let mut mine = self.updates_by_stack.lookup(&self.updates, ns, stack);
+        mine.retain(|u| crate::stack::inflight::owned_by(u, uid));
+        mine
+    }
+}
+
 pub struct Context {
     pub client: Client,
     pub stores: Stores,

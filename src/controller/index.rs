@@ -64,7 +64,8 @@ impl<K: ResourceExt> Index<K> {
             .insert(obj.name_any());
     }
 
-    /// An object was added or changed.
+    /// An object was added or changed. A key that changed leaves the old entry until the next
+    /// re-list (lookups check the key against the cache); none of the indexed keys changes.
     pub fn apply(&self, obj: &K) {
         self.add(&mut self.write(), obj);
     }
@@ -146,13 +147,16 @@ mod tests {
         apply(&mut writer, cm("a", "u2", "s"));
         apply(&mut writer, cm("a", "u3", "t"));
         apply(&mut writer, cm("b", "u1", "s"));
-        let mut names: Vec<String> = index
-            .lookup(&store, "a", "s")
-            .iter()
-            .map(|o| o.name_any())
-            .collect();
-        names.sort();
-        assert_eq!(names, ["u1", "u2"]);
+        let names = |ns, value| {
+            let mut names: Vec<String> = index
+                .lookup(&store, ns, value)
+                .iter()
+                .map(|o| o.name_any())
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(names("a", "s"), ["u1", "u2"]);
         assert_eq!(index.lookup(&store, "b", "s").len(), 1);
         assert!(index.lookup(&store, "c", "s").is_empty());
 
@@ -165,13 +169,7 @@ mod tests {
 
         // A relist replaces everything.
         index.rebuild(&store.state());
-        let mut names: Vec<String> = index
-            .lookup(&store, "a", "s")
-            .iter()
-            .map(|o| o.name_any())
-            .collect();
-        names.sort();
-        assert_eq!(names, ["u1"]);
+        assert_eq!(names("a", "s"), ["u1"]);
         // Empty keys do not linger.
         index.delete(&cm("b", "u1", "s"));
         assert!(!index.read().contains_key("b"));

@@ -644,8 +644,7 @@ fn run_in(
             // In place: this runs over every Stack for each Stack event.
             stacks_for_dependents
                 .state_filter(|s| {
-                    s.spec.prerequisites.as_ref().is_some_and(|r| !r.is_empty())
-                        && s.metadata.namespace == p.metadata.namespace
+                    s.metadata.namespace == p.metadata.namespace
                         && s.spec
                             .prerequisites
                             .iter()

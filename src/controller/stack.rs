@@ -329,13 +329,9 @@ impl<'a> Pass<'a> {
 
     /// The Stack's own Updates (controller reference with its UID), from the cache.
     fn owned_updates(&self) -> Vec<Arc<Update>> {
-        let mut mine =
-            self.ctx
-                .stores
-                .updates_by_stack
-                .lookup(&self.ctx.stores.updates, &self.ns, &self.name);
-        mine.retain(|u| owned_by(u, &self.uid));
-        mine
+        self.ctx
+            .stores
+            .updates_of_stack(&self.ns, &self.name, &self.uid)
     }
 
     /// An Update by name: the cache, else the API server (an Update this operator created a
@@ -1449,11 +1445,7 @@ async fn prerequisites_ready(
 async fn prune_history(ctx: &Context, stack: &Stack, ns: &str, status: &StackStatus) {
     let name = stack.name_any();
     let uid = stack.uid().unwrap_or_default();
-    let mut mine = ctx
-        .stores
-        .updates_by_stack
-        .lookup(&ctx.stores.updates, ns, &name);
-    mine.retain(|u| owned_by(u, &uid));
+    let mine = ctx.stores.updates_of_stack(ns, &name, &uid);
     let refs: Vec<&Update> = mine.iter().map(|u| u.as_ref()).collect();
     let last = status
         .last_update

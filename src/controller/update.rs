@@ -84,8 +84,7 @@ async fn finished(update: &Update, ctx: &Context, ns: &str) -> Result<Action> {
         // it the logs `kubectl logs job/<update>` shows.
         let a_pod_ended = ctx
             .stores
-            .pods_by_update
-            .lookup(&ctx.stores.pods, ns, &name)
+            .pods_of_update(ns, &name)
             .iter()
             .any(|p| owned_by_job(p, &job) && pod_ended(p));
         if !job_finished(&job) && !a_pod_ended {
@@ -310,18 +309,12 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
     if job.is_none() && (deleting || started) {
         // Never a second Job for one Update: once its pods are gone, it ends here and the
         // Stack decides whether to run the operation again.
-        if let Some(pod) = ctx
-            .stores
-            .pods_by_update
-            .lookup(&ctx.stores.pods, &ns, &name)
-            .into_iter()
-            .find(|p| {
-                !matches!(
-                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                    Some("Succeeded" | "Failed")
-                )
-            })
-        {
+        if let Some(pod) = ctx.stores.pods_of_update(&ns, &name).into_iter().find(|p| {
+            !matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            )
+        }) {
             let progress = Progress::Running {
                 message: format!(
                     "the operation's Job was deleted; waiting for pod {} to stop",
@@ -366,10 +359,7 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         }
     }
 
-    let mut pods: Vec<Arc<CachedPod>> =
-        ctx.stores
-            .pods_by_update
-            .lookup(&ctx.stores.pods, &ns, &name);
+    let mut pods = ctx.stores.pods_of_update(&ns, &name);
     pods.retain(|p| job.is_some_and(|j| owned_by_job(p, j)));
     let pod_refs: Vec<&CachedPod> = pods.iter().map(|p| p.as_ref()).collect();
     // Never without a start once the Job exists (see `start`).
