@@ -10,6 +10,7 @@ mod error;
 mod events;
 mod http;
 mod leader;
+mod memory;
 mod merge;
 mod metrics;
 mod policy;
@@ -28,14 +29,25 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // Before the runtime's threads exist.
+    memory::limit_arenas();
     let config = config::Config::parse();
     if let Err(e) = telemetry::init(&config) {
         eprintln!("pulumi-operator: {e:#}");
         return ExitCode::from(2);
     }
-    match run(config).await {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("pulumi-operator: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             error!("{e:#}");
@@ -71,6 +83,7 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
         ready: ready.clone(),
     };
     let http = tokio::spawn(http::serve(config.http_addr, http_state, shutdown.clone()));
+    tokio::spawn(memory::trim_periodically(shutdown.clone()));
 
     // An API server that does not answer yet is waited for (with backoff), not a reason to
     // exit: a restart loop would only add CrashLoopBackOff's minutes to the outage.

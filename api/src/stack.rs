@@ -542,15 +542,17 @@ pub struct ResourceRef {
     /// The value itself, for `type: Literal`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub literal: Option<LiteralRef>,
+    // Boxed: every Stack in the operator's cache holds its `envRefs`, and a map with one entry
+    // allocates room for eleven.
     /// A key of a Secret, for `type: Secret`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secret: Option<SecretSelector>,
+    pub secret: Option<Box<SecretSelector>>,
     /// Deprecated (v1 `type: Env`, rejected): an environment variable of the operator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub env: Option<EnvSelector>,
+    pub env: Option<Box<EnvSelector>>,
     /// Deprecated (v1 `type: FS`, rejected): a file in the operator's filesystem.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub filesystem: Option<FsSelector>,
+    pub filesystem: Option<Box<FsSelector>>,
 }
 
 impl ResourceRef {
@@ -569,11 +571,11 @@ impl ResourceRef {
     pub fn secret(name: impl Into<String>, key: impl Into<String>) -> Self {
         Self {
             selector_type: ResourceSelectorType::Secret,
-            secret: Some(SecretSelector {
+            secret: Some(Box::new(SecretSelector {
                 namespace: None,
                 name: name.into(),
                 key: key.into(),
-            }),
+            })),
             ..Self::default()
         }
     }
@@ -975,4 +977,24 @@ pub mod v1alpha1 {
     )]
     #[serde(transparent)]
     pub struct StackSpec(pub super::StackSpec);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every Stack in the operator's cache holds its `envRefs` in a map whose first node has
+    /// room for eleven entries: each byte of a `ResourceRef` costs eleven per Stack.
+    #[test]
+    fn a_value_reference_is_small() {
+        assert!(
+            std::mem::size_of::<ResourceRef>() <= 72,
+            "{}",
+            std::mem::size_of::<ResourceRef>()
+        );
+        let parsed: ResourceRef =
+            serde_json::from_str(r#"{"type": "Secret", "secret": {"name": "s", "key": "k"}}"#)
+                .expect("parses");
+        assert_eq!(parsed, ResourceRef::secret("s", "k"));
+    }
 }

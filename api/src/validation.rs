@@ -834,11 +834,11 @@ mod tests {
             secret.namespace = Some("kube-system".into());
         }
         let mut same_ns = ResourceRef::secret("s", "k");
-        same_ns.secret = Some(SecretSelector {
+        same_ns.secret = Some(Box::new(SecretSelector {
             namespace: Some("default".into()),
             name: "s".into(),
             key: "k".into(),
-        });
+        }));
         let env = ResourceRef {
             selector_type: ResourceSelectorType::Env,
             ..ResourceRef::default()

@@ -237,12 +237,61 @@ fn program_lane(_: &Program) -> gate::Lane {
     gate::Lane::Routine
 }
 
+/// Runs a scheduled reconcile on a task of its own: it waits there for its turn at its
+/// controller's gate, then runs (see [`wait_then_run`]).
+///
+/// kube-runtime polls every running reconcile of a controller from one task, and all of them
+/// whenever any one of them wakes: with thousands waiting at the gate (a restart with 10,000
+/// Stacks) that scan took 40 % of the operator's CPU, and the reconciles doing work shared one
+/// thread. On their own tasks they run on every core, and kube-runtime sees only the handles,
+/// which wake it once, when the reconcile ends. Dropping the handle (the controller stopped,
+/// the leader lease lost) aborts the task at its next await, as dropping the reconcile did.
+fn instrumented<K, F, Fut>(
+    controller: &'static str,
+    obj: Arc<K>,
+    ctx: Arc<Context>,
+    f: F,
+) -> OwnTask
+where
+    K: Resource<DynamicType = ()> + ResourceExt + Latest + Send + Sync + 'static,
+    F: FnOnce(Arc<K>, Arc<Context>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    OwnTask(tokio::spawn(wait_then_run(controller, obj, ctx, f)))
+}
+
+/// A reconcile running on its own task; aborted when dropped.
+struct OwnTask(tokio::task::JoinHandle<Result<Action, Error>>);
+
+impl Future for OwnTask {
+    type Output = Result<Action, Error>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx).map(|ended| match ended {
+            Ok(result) => result,
+            // Panics are caught inside (`run_turn`); an aborted task is being shut down.
+            Err(e) if e.is_panic() => Err(Error::Panicked(crate::error::panic_text(
+                e.into_panic().as_ref(),
+            ))),
+            Err(_) => Ok(Action::await_change()),
+        })
+    }
+}
+
+impl Drop for OwnTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Waits for the reconcile's turn at its controller's gate, then runs it (see [`run_turn`]).
-/// kube-runtime runs each scheduled reconcile as a task, and thousands wait here at once
-/// after a restart or under a burst: while waiting, the task holds the object's name and the
-/// gate's queue entry, a few hundred bytes; the reconcile's own state is allocated once its
-/// turn comes.
-async fn instrumented<K, F, Fut>(
+/// Thousands wait here at once after a restart or under a burst: while waiting, the task holds
+/// the object's name and the gate's queue entry, a few hundred bytes; the reconcile's own
+/// state is allocated once its turn comes.
+async fn wait_then_run<K, F, Fut>(
     controller: &'static str,
     obj: Arc<K>,
     ctx: Arc<Context>,
@@ -625,10 +674,11 @@ fn run_in(
                 .unwrap_or_default();
             let refs: Vec<ObjectRef<Stack>> = stacks_for_flux
                 .state_filter(|s| {
-                    s.metadata.namespace == obj.metadata.namespace
-                        && s.spec.flux_source.as_ref().is_some_and(|f| {
-                            f.source_ref.kind == kind && f.source_ref.name == obj.name_any()
-                        })
+                    // Cheapest test first: this runs over every Stack.
+                    s.spec.flux_source.as_ref().is_some_and(|f| {
+                        f.source_ref.kind == kind
+                            && Some(&f.source_ref.name) == obj.metadata.name.as_ref()
+                    }) && s.metadata.namespace == obj.metadata.namespace
                 })
                 .iter()
                 .map(|s| ObjectRef::from(s.as_ref()))
@@ -644,12 +694,13 @@ fn run_in(
             // In place: this runs over every Stack for each Stack event.
             stacks_for_dependents
                 .state_filter(|s| {
-                    s.metadata.namespace == p.metadata.namespace
-                        && s.spec
-                            .prerequisites
-                            .iter()
-                            .flatten()
-                            .any(|r| Some(&r.name) == p.metadata.name.as_ref())
+                    // Cheapest test first: most Stacks have no prerequisites.
+                    s.spec
+                        .prerequisites
+                        .iter()
+                        .flatten()
+                        .any(|r| Some(&r.name) == p.metadata.name.as_ref())
+                        && s.metadata.namespace == p.metadata.namespace
                 })
                 .iter()
                 .map(|s| ObjectRef::from(s.as_ref()))
@@ -661,11 +712,12 @@ fn run_in(
         .watches_shared_stream(program_users, move |p: Arc<Program>| {
             stacks_for_programs
                 .state_filter(|s| {
-                    s.metadata.namespace == p.metadata.namespace
-                        && s.spec
-                            .program_ref
-                            .as_ref()
-                            .is_some_and(|r| r.name == p.name_any())
+                    // Cheapest test first: most Stacks use no Program.
+                    s.spec
+                        .program_ref
+                        .as_ref()
+                        .is_some_and(|r| Some(&r.name) == p.metadata.name.as_ref())
+                        && s.metadata.namespace == p.metadata.namespace
                 })
                 .iter()
                 .map(|s| ObjectRef::from(s.as_ref()))
@@ -990,13 +1042,13 @@ mod tests {
         }
         let sizes = [
             future_size(|o: Arc<Stack>, c: Arc<Context>| {
-                instrumented("stack", o, c, stack::reconcile_guarded)
+                wait_then_run("stack", o, c, stack::reconcile_guarded)
             }),
             future_size(|o: Arc<Update>, c: Arc<Context>| {
-                instrumented("update", o, c, update::reconcile)
+                wait_then_run("update", o, c, update::reconcile)
             }),
             future_size(|o: Arc<Program>, c: Arc<Context>| {
-                instrumented("program", o, c, program::reconcile)
+                wait_then_run("program", o, c, program::reconcile)
             }),
         ];
         eprintln!("waiting reconcile sizes: {sizes:?}");
