@@ -270,14 +270,16 @@ impl Future for OwnTask {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        std::pin::Pin::new(&mut self.0).poll(cx).map(|ended| match ended {
-            Ok(result) => result,
-            // Panics are caught inside (`run_turn`); an aborted task is being shut down.
-            Err(e) if e.is_panic() => Err(Error::Panicked(crate::error::panic_text(
-                e.into_panic().as_ref(),
-            ))),
-            Err(_) => Ok(Action::await_change()),
-        })
+        std::pin::Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|ended| match ended {
+                Ok(result) => result,
+                // Panics are caught inside (`run_turn`); an aborted task is being shut down.
+                Err(e) if e.is_panic() => Err(Error::Panicked(crate::error::panic_text(
+                    e.into_panic().as_ref(),
+                ))),
+                Err(_) => Ok(Action::await_change()),
+            })
     }
 }
 
@@ -1032,6 +1034,42 @@ async fn cancelled(token: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lost leader lease drops the controllers: a reconcile on its own task must stop then,
+    /// not go on writing as a non-leader.
+    #[tokio::test]
+    async fn dropping_a_reconcile_on_its_own_task_stops_it() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let went_on = Arc::new(AtomicBool::new(false));
+        let flag = went_on.clone();
+        let task = OwnTask(tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            flag.store(true, Ordering::SeqCst);
+            Ok(Action::await_change())
+        }));
+        drop(task);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(!went_on.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn a_reconcile_on_its_own_task_hands_back_its_result_or_its_panic() {
+        let requeue = Action::requeue(std::time::Duration::from_secs(7));
+        let wanted = requeue.clone();
+        let done = OwnTask(tokio::spawn(async move { Ok(wanted) })).await;
+        assert_eq!(done.ok(), Some(requeue));
+        let panicked = OwnTask(tokio::spawn(async {
+            if std::hint::black_box(true) {
+                panic!("boom in a reconcile");
+            }
+            Ok(Action::await_change())
+        }))
+        .await;
+        match panicked {
+            Err(Error::Panicked(what)) => assert!(what.contains("boom"), "{what}"),
+            other => panic!("expected the panic as an error, got {other:?}"),
+        }
+    }
 
     /// Thousands of reconciles wait at a gate at once (a restart with 10,000 Stacks): each is
     /// a task holding this future.
