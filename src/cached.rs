@@ -5,7 +5,7 @@
 //! are still built with k8s-openapi's full types.
 
 use k8s_openapi::api::batch::v1::JobStatus;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, PodStatus};
+use k8s_openapi::api::core::v1::{ContainerState, PersistentVolumeClaimVolumeSource, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{Metadata, NamespaceResourceScope, Resource};
 use serde::{Deserialize, Serialize};
@@ -72,7 +72,35 @@ pub struct CachedPod {
     #[serde(default)]
     pub metadata: ObjectMeta,
     pub spec: Option<CachedPodSpec>,
-    pub status: Option<PodStatus>,
+    pub status: Option<CachedPodStatus>,
+}
+
+/// The parts of a pod's status the operator reads (why it has not started, how its
+/// containers ended); addresses, QoS class and resource details are dropped.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedPodStatus {
+    pub phase: Option<String>,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    pub start_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    pub conditions: Option<Vec<PodCondition>>,
+    pub container_statuses: Option<Vec<CachedContainerStatus>>,
+    pub init_container_statuses: Option<Vec<CachedContainerStatus>>,
+}
+
+/// A container's state as the operator reads it (k8s-openapi's `ContainerStatus` is 752
+/// bytes before its strings: image, resources, mounts, user).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedContainerStatus {
+    pub name: String,
+    #[serde(default)]
+    pub ready: bool,
+    #[serde(default)]
+    pub restart_count: i32,
+    pub state: Option<ContainerState>,
+    pub last_state: Option<Box<ContainerState>>,
 }
 
 /// The API identity of a cached type: that of the kind it decodes.
@@ -157,6 +185,19 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(pod.spec.unwrap().volumes, Some(vec![]));
-        assert_eq!(pod.status.unwrap().phase.as_deref(), Some("Running"));
+        let status = pod.status.unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        let pulumi = &status.container_statuses.unwrap()[0];
+        assert_eq!(pulumi.name, "pulumi");
+        assert!(pulumi.ready);
+        // Addresses, QoS class, images and resources are not kept.
+        assert!(
+            std::mem::size_of::<CachedPodStatus>() * 2
+                < std::mem::size_of::<k8s_openapi::api::core::v1::PodStatus>()
+        );
+        assert!(
+            std::mem::size_of::<CachedContainerStatus>() * 2
+                < std::mem::size_of::<k8s_openapi::api::core::v1::ContainerStatus>()
+        );
     }
 }

@@ -710,11 +710,11 @@ mod tests {
         let mut spec = git_spec();
         spec.approval = Some(crate::stack::Approval { required: true });
         assert!(errors(&spec).is_empty());
-        spec.drift_detection = Some(crate::stack::DriftDetection {
+        spec.drift_detection = Some(Box::new(crate::stack::DriftDetection {
             schedules: vec!["0 * * * *".into()],
             auto_remediate: true,
             ..Default::default()
-        });
+        }));
         let found = errors(&spec);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(
@@ -753,7 +753,7 @@ mod tests {
         let mut spec = git_spec();
         assert_eq!(spec.source().kind(), SourceKind::Git);
         assert_eq!(spec.git.revision(), Some(GitRevision::Commit(SHA)));
-        spec.flux_source = Some(flux());
+        spec.flux_source = Some(Box::new(flux()));
         // PKO precedence: git wins over flux.
         assert_eq!(spec.source().kind(), SourceKind::Git);
         spec.git = GitSource::default();
@@ -778,7 +778,7 @@ mod tests {
     #[test]
     fn more_than_one_source_is_rejected() {
         let mut spec = git_spec();
-        spec.flux_source = Some(flux());
+        spec.flux_source = Some(Box::new(flux()));
         spec.program_ref = Some(ProgramReference { name: "p".into() });
         let errs = errors(&spec);
         assert_eq!(errs.len(), 1, "{errs:?}");
@@ -915,7 +915,7 @@ mod tests {
     fn flux_api_version_and_timeouts() {
         let mut spec = StackSpec {
             stack: "dev".into(),
-            flux_source: Some(flux()),
+            flux_source: Some(Box::new(flux())),
             operation_timeout_seconds: Some(0),
             ..StackSpec::default()
         };

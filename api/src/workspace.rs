@@ -57,16 +57,16 @@ pub struct WorkspaceSpec {
     /// Fetch the program from a Flux-style artifact (a tarball URL with a digest). Also used
     /// for Program objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub flux: Option<WorkspaceFluxSource>,
+    pub flux: Option<Box<WorkspaceFluxSource>>,
 
     /// Use a program that is already in the image, at `local.dir`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub local: Option<LocalSource>,
+    pub local: Option<Box<LocalSource>>,
 
     /// No program: write a minimal Pulumi.yaml with this project name and runtime (used to
     /// destroy a stack whose source is gone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub project_info: Option<ProjectInfo>,
+    pub project_info: Option<Box<ProjectInfo>>,
 
     /// Environment variables of the `pulumi` container, from ConfigMaps or Secrets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -90,7 +90,7 @@ pub struct WorkspaceSpec {
     /// in an init container to prepare files for the program, and append `KEY=VALUE` lines to
     /// `$PULUMI_ENV` to set environment variables for Pulumi.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_template: Option<EmbeddedPodTemplateSpec>,
+    pub pod_template: Option<Box<EmbeddedPodTemplateSpec>>,
 
     /// Extension (not in PKO's API; some PKO documentation shows it): init containers to add
     /// to the generated pod, shorthand for `podTemplate.spec.initContainers`. They run after
@@ -101,7 +101,7 @@ pub struct WorkspaceSpec {
 
     /// Labels and annotations for the Service of a retained workspace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service_template: Option<EmbeddedServiceTemplateSpec>,
+    pub service_template: Option<Box<EmbeddedServiceTemplateSpec>>,
 
     /// Verbosity of Pulumi's debug logging (`-v`), written to the operation's log. 0 or unset:
     /// off. Values above 9 are very verbose and may expose sensitive data.

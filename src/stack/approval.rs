@@ -262,7 +262,7 @@ pub fn absorb_plan(status: &mut StackStatus, update: &Update, now: &Time) -> Str
         .approval
         .as_ref()
         .and_then(|a| a.last_applied.clone());
-    status.approval = Some(ApprovalStatus {
+    status.approval = Some(Box::new(ApprovalStatus {
         plan: Some(name.clone()),
         state: Some(ApprovalState::AwaitingApproval),
         planned_time: Some(now.clone()),
@@ -273,7 +273,7 @@ pub fn absorb_plan(status: &mut StackStatus, update: &Update, now: &Time) -> Str
         resources: result.changes.clone(),
         refused: None,
         last_applied,
-    });
+    }));
     name
 }
 

@@ -364,12 +364,12 @@ pub fn absorb_check(
             "the drift check {name} failed: {}; kubectl logs job/{name}",
             result.message.unwrap_or_default()
         );
-        status.drift = Some(DriftStatus {
+        status.drift = Some(Box::new(DriftStatus {
             last_check_time: Some(now.clone()),
             last_check: Some(name),
             revision,
             ..Default::default()
-        });
+        }));
         crate::stack::status::set_condition(
             status,
             CONDITION_DRIFT_DETECTED,
@@ -387,14 +387,14 @@ pub fn absorb_check(
             .drift
             .as_ref()
             .is_some_and(|d| d.drifted == Some(count) && d.resources == result.changes);
-    status.drift = Some(DriftStatus {
+    status.drift = Some(Box::new(DriftStatus {
         last_check_time: Some(now.clone()),
         last_check: Some(name.clone()),
         revision,
         drifted: Some(count),
         resources: result.changes.clone(),
         next_check_time: None,
-    });
+    }));
     if count > 0 {
         let message = format!(
             "{}; found by {name} (kubectl logs job/{name})",
@@ -593,10 +593,10 @@ mod tests {
             "missed checks run once"
         );
         let mut checked = status.clone();
-        checked.drift = Some(DriftStatus {
+        checked.drift = Some(Box::new(DriftStatus {
             last_check_time: Some(Time(ts("2026-11-23T13:10:05Z"))),
             ..Default::default()
-        });
+        }));
         assert_eq!(
             check_due(&checked, &hourly, ts("2026-11-23T13:20:00Z")),
             Due::At(ts("2026-11-23T14:00:00Z"))

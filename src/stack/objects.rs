@@ -333,7 +333,7 @@ pub fn build_workspace(stack: &Stack, source: &ResolvedSource) -> Workspace {
     let mut ws_spec = WorkspaceSpec {
         service_account_name: spec.service_account_name.clone().filter(|s| !s.is_empty()),
         git,
-        flux,
+        flux: flux.map(Box::new),
         env: (!env.is_empty()).then_some(env),
         pod_template,
         pulumi_log_level: spec.effective_pulumi_log_level(),
@@ -347,10 +347,10 @@ pub fn build_workspace(stack: &Stack, source: &ResolvedSource) -> Workspace {
         ..Default::default()
     };
     if let ResolvedSource::ProjectInfo { name, runtime } = source {
-        ws_spec.project_info = Some(pulumi_operator_api::ProjectInfo {
+        ws_spec.project_info = Some(Box::new(pulumi_operator_api::ProjectInfo {
             name: name.clone(),
             runtime: runtime.clone(),
-        });
+        }));
     }
     let mut metadata = ObjectMeta {
         name: Some(name.clone()),

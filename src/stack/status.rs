@@ -325,7 +325,7 @@ pub fn absorb(
             status.outputs = Some(outputs);
         }
         if update_status.project_info.is_some() {
-            status.project_info = update_status.project_info.clone();
+            status.project_info = update_status.project_info.clone().map(Box::new);
         }
     }
 }

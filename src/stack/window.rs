@@ -71,7 +71,7 @@ pub fn gate(spec: &StackSpec, kind: &UpdateType, now: Timestamp) -> Gate {
     if !matches!(kind, UpdateType::Up | UpdateType::Destroy) {
         return Gate::Open;
     }
-    match spec.maintenance_window.as_ref().map(parse) {
+    match spec.maintenance_window.as_deref().map(parse) {
         Some(Ok(window)) => window.at(now),
         // No window, or a bad one (validation stalls the Stack before this is asked).
         _ => Gate::Open,
@@ -139,7 +139,7 @@ mod tests {
     fn only_changes_wait_for_the_window_and_bad_windows_are_refused() {
         let mut spec: StackSpec =
             serde_json::from_value(serde_json::json!({"stack": "dev"})).unwrap();
-        spec.maintenance_window = Some(window(&["0 22 * * *"], "1h", None));
+        spec.maintenance_window = Some(Box::new(window(&["0 22 * * *"], "1h", None)));
         let noon = ts("2026-11-23T12:00:00Z");
         assert!(matches!(
             gate(&spec, &UpdateType::Up, noon),

@@ -878,11 +878,11 @@ mod tests {
         let (u, mut ws) = fixture();
         ws.spec.security_profile = Some(SecurityProfile::Baseline);
         ws.spec.git = None;
-        ws.spec.flux = Some(pulumi_operator_api::WorkspaceFluxSource {
+        ws.spec.flux = Some(Box::new(pulumi_operator_api::WorkspaceFluxSource {
             url: Some("program://apps/prog".into()),
             digest: Some("sha256:x".into()),
             dir: None,
-        });
+        }));
         let cfg = JobConfig {
             runner_image: "r".into(),
             runner_pull_policy: "Always".into(),

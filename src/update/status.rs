@@ -1,8 +1,7 @@
 //! Update status from what Kubernetes and the runner report: the Job, its pod (container
 //! states and the runner's result in the termination message). Pure: the I/O loop feeds it.
 
-use crate::cached::{CachedJob as Job, CachedPod as Pod};
-use k8s_openapi::api::core::v1::ContainerStatus;
+use crate::cached::{CachedContainerStatus, CachedJob as Job, CachedPod as Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use pulumi_operator_api::names;
 use pulumi_operator_api::plan::{Outcome, RunResult, MAX_REPORTED_CHANGES};
@@ -38,7 +37,7 @@ pub enum Progress {
 
 /// The outcome of one container that ended, or `None` while it has not ended (or ended well
 /// without being the last).
-fn container_outcome(cs: &ContainerStatus, last: bool) -> Option<Progress> {
+fn container_outcome(cs: &CachedContainerStatus, last: bool) -> Option<Progress> {
     let t = cs.state.as_ref()?.terminated.as_ref()?;
     let end = t.finished_at.clone();
     let result = t
@@ -96,6 +95,9 @@ fn seconds_since(t: Option<&Time>, now: jiff::Timestamp) -> i64 {
 /// normal start (Job, pod, program fetch, Pulumi) would otherwise be a status write, four per
 /// operation; `kubectl get pods` and `kubectl logs job/<update>` show those steps.
 pub const RUNNING_MESSAGE: &str = "running the operation";
+
+/// The message of Failed and Complete while the operation runs (Progressing says how).
+const NOT_ENDED_MESSAGE: &str = "the operation has not ended";
 
 /// What the pod says about the operation.
 pub fn pod_progress(pod: &Pod, now: jiff::Timestamp) -> Progress {
@@ -598,6 +600,8 @@ pub fn status_for(
         ..Default::default()
     };
     let conditions = match progress {
+        // Only Progressing says what the operation is doing (the scheduler's reason, say);
+        // repeated in the other two it tripled every status write and cached Update.
         Progress::Running { message } => vec![
             cond(
                 names::CONDITION_PROGRESSING,
@@ -611,7 +615,7 @@ pub fn status_for(
                 names::CONDITION_FAILED,
                 false,
                 names::UPDATE_REASON_PROGRESSING,
-                message,
+                NOT_ENDED_MESSAGE,
                 generation,
                 now,
             ),
@@ -619,7 +623,7 @@ pub fn status_for(
                 names::CONDITION_COMPLETE,
                 false,
                 names::UPDATE_REASON_PROGRESSING,
-                message,
+                NOT_ENDED_MESSAGE,
                 generation,
                 now,
             ),
@@ -1164,6 +1168,12 @@ mod tests {
         assert_eq!(
             (c[0].type_.as_str(), c[0].status.as_str()),
             ("Progressing", "True")
+        );
+        // What the operation is doing is said once, by Progressing.
+        assert_eq!(c[0].message, "running");
+        assert_eq!(
+            (c[1].message.as_str(), c[2].message.as_str()),
+            (NOT_ENDED_MESSAGE, NOT_ENDED_MESSAGE)
         );
         let failed = Progress::Failed {
             reason: "OOMKilled".into(),

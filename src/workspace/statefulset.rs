@@ -341,11 +341,11 @@ mod tests {
     fn program_sources_are_read_from_the_plan_secret() {
         let mut ws = workspace(&stack(json!({})));
         ws.spec.git = None;
-        ws.spec.flux = Some(pulumi_operator_api::WorkspaceFluxSource {
+        ws.spec.flux = Some(Box::new(pulumi_operator_api::WorkspaceFluxSource {
             url: Some("program://apps/prog".into()),
             digest: Some("sha256:abc".into()),
             dir: None,
-        });
+        }));
         let d = desired(&ws, &cfg(), Some("name: prog\nruntime: yaml\n".into())).unwrap();
         assert_eq!(
             d.plan.plan.source,
