@@ -27,7 +27,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tracing::{info_span, warn, Instrument};
+use tracing::{info, info_span, warn, Instrument};
 
 /// Why the operator cannot start yet.
 #[derive(Debug)]
@@ -380,10 +380,22 @@ fn error_policy<K: Resource + ResourceExt>(
             obj.name_any()
         );
         let delay = backoff(ctx.failed(&key));
-        warn!(controller, namespace = %obj.namespace().unwrap_or_default(), name = %obj.name_any(),
-              retry_in = ?delay, "reconcile failed: {error}");
+        if is_conflict(error) {
+            // Optimistic concurrency doing its job (a write based on an older copy than the
+            // API server's): expected under load, and the newer copy's event comes anyway.
+            info!(controller, namespace = %obj.namespace().unwrap_or_default(), name = %obj.name_any(),
+                  retry_in = ?delay, "the object changed while it was reconciled; reconciling again");
+        } else {
+            warn!(controller, namespace = %obj.namespace().unwrap_or_default(), name = %obj.name_any(),
+                  retry_in = ?delay, "reconcile failed: {error}");
+        }
         requeue(delay)
     }
+}
+
+/// A write refused because the object changed since it was read (HTTP 409 Conflict).
+fn is_conflict(error: &Error) -> bool {
+    matches!(error, Error::Kube(kube::Error::Api(e)) if e.code == 409 && e.reason == "Conflict")
 }
 
 /// What the controllers are started with.
@@ -1138,6 +1150,22 @@ mod tests {
             )),
             Routine
         );
+    }
+
+    #[test]
+    fn only_a_changed_object_counts_as_a_conflict() {
+        let api = |message: &str, reason: &str, code: u16| {
+            Error::Kube(kube::Error::Api(Box::new(
+                kube::core::Status::failure(message, reason).with_code(code),
+            )))
+        };
+        assert!(is_conflict(&api(
+            "the object has been modified",
+            "Conflict",
+            409
+        )));
+        assert!(!is_conflict(&api("already exists", "AlreadyExists", 409)));
+        assert!(!is_conflict(&api("forbidden", "Forbidden", 403)));
     }
 
     #[test]
