@@ -11,11 +11,13 @@
 
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// namespace → key → object names.
-type Names = HashMap<String, HashMap<String, HashSet<String>>>;
+/// namespace → key → object names. The names under one key are few (a Stack's Updates are
+/// bounded by its history limit, an Update has one pod at a time), so a list: a set with one
+/// name cost about 130 bytes more, 4 MiB across the three indexes at 10,000 Stacks.
+type Names = HashMap<String, HashMap<String, Vec<String>>>;
 
 pub struct Index<K> {
     key: fn(&K) -> Option<&str>,
@@ -53,15 +55,22 @@ impl<K: ResourceExt> Index<K> {
     }
 
     fn add(&self, names: &mut Names, obj: &K) {
-        let (Some(ns), Some(value)) = (obj.namespace(), (self.key)(obj)) else {
+        let meta = obj.meta();
+        let (Some(ns), Some(value), Some(name)) = (
+            meta.namespace.as_deref(),
+            (self.key)(obj),
+            meta.name.as_deref(),
+        ) else {
             return;
         };
-        names
-            .entry(ns)
+        let listed = names
+            .entry(ns.to_string())
             .or_default()
             .entry(value.to_string())
-            .or_default()
-            .insert(obj.name_any());
+            .or_default();
+        if !listed.iter().any(|n| n == name) {
+            listed.push(name.to_string());
+        }
     }
 
     /// An object was added or changed. A key that changed leaves the old entry until the next
@@ -79,9 +88,10 @@ impl<K: ResourceExt> Index<K> {
         let Some(values) = names.get_mut(&ns) else {
             return;
         };
-        if let Some(set) = values.get_mut(value) {
-            set.remove(&obj.name_any());
-            if set.is_empty() {
+        if let Some(listed) = values.get_mut(value) {
+            let name = obj.meta().name.as_deref().unwrap_or_default();
+            listed.retain(|n| n != name);
+            if listed.is_empty() {
                 values.remove(value);
             }
         }
@@ -111,7 +121,7 @@ impl<K: ResourceExt> Index<K> {
             .read()
             .get(ns)
             .and_then(|values| values.get(value))
-            .map(|set| set.iter().cloned().collect())
+            .cloned()
             .unwrap_or_default();
         names
             .iter()
@@ -156,6 +166,9 @@ mod tests {
             names.sort();
             names
         };
+        assert_eq!(names("a", "s"), ["u1", "u2"]);
+        // A change of a listed object does not list it twice.
+        apply(&mut writer, cm("a", "u1", "s"));
         assert_eq!(names("a", "s"), ["u1", "u2"]);
         assert_eq!(index.lookup(&store, "b", "s").len(), 1);
         assert!(index.lookup(&store, "c", "s").is_empty());
