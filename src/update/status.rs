@@ -273,11 +273,32 @@ pub fn progress(job: Option<&Job>, pods: &[&Pod], now: jiff::Timestamp) -> Progr
                 }),
             })
         });
+    // A Job the operator stopped (parallelism 0: its Update was deleted, or its pod was being
+    // deleted or had failed) runs nothing any more once it has no pod left, and Kubernetes may
+    // never call it failed: without this the Update waited out the start patience (10 min).
+    // The Job controller's own count must agree, so that no pod the cache has not seen yet
+    // can still be running when the Stack starts the next attempt.
+    let stopped_and_empty = job.spec.as_ref().and_then(|s| s.parallelism) == Some(0)
+        && !job_complete
+        && busy.is_none()
+        && job
+            .status
+            .as_ref()
+            .is_none_or(|s| s.active.unwrap_or(0) == 0 && s.terminating.unwrap_or(0) == 0);
+    let stopped = stopped_and_empty.then(|| Progress::Failed {
+        reason: names::UPDATE_REASON_ABORTED.into(),
+        message: "the operation was stopped before it finished (its pod or its Update was \
+                  deleted); the stack runs it again"
+            .into(),
+        result: None,
+        end: None,
+    });
     let outcome = deadline
         .as_ref()
         .or(first_finished)
         .or(job_outcome.as_ref())
-        .or(result_lost.as_ref());
+        .or(result_lost.as_ref())
+        .or(stopped.as_ref());
     match (outcome, busy) {
         (Some(_), Some(pod)) => Progress::Running {
             message: format!(
@@ -959,6 +980,43 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_stopped_job_whose_pod_is_gone_has_ended() {
+        let stopped = |status: serde_json::Value| -> Job {
+            serde_json::from_value(json!({"metadata": {"name": "u"},
+                "spec": {"parallelism": 0, "template": {}}, "status": status}))
+            .unwrap()
+        };
+        // No pod left and none counted by the Job controller: over, without waiting.
+        match progress(
+            Some(&stopped(json!({"active": 0, "terminating": 0}))),
+            &[],
+            now(),
+        ) {
+            Progress::Failed { reason, .. } => assert_eq!(reason, "Aborted"),
+            other => panic!("{other:?}"),
+        }
+        // The Job controller still counts a pod the cache has not seen: not yet.
+        for status in [json!({"active": 1}), json!({"terminating": 1})] {
+            assert!(matches!(
+                progress(Some(&stopped(status)), &[], now()),
+                Progress::Running { .. }
+            ));
+        }
+        // Its pod is still stopping: not yet.
+        let stopping = pod(json!({"phase": "Running"}));
+        assert!(matches!(
+            progress(Some(&stopped(json!({}))), &[&stopping], now()),
+            Progress::Running { .. }
+        ));
+        // A Job that was never stopped and has no pod yet is starting, not over.
+        let running = job(json!([]));
+        assert!(matches!(
+            progress(Some(&running), &[], now()),
+            Progress::Running { .. }
+        ));
     }
 
     #[test]
