@@ -76,14 +76,13 @@ pub struct CachedPod {
 }
 
 /// The parts of a pod's status the operator reads (why it has not started, how its
-/// containers ended); addresses, QoS class and resource details are dropped.
+/// containers ended); addresses, QoS class, times and resource details are dropped.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct CachedPodStatus {
     pub phase: Option<String>,
     pub reason: Option<String>,
     pub message: Option<String>,
-    pub start_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     pub conditions: Option<Vec<PodCondition>>,
     pub container_statuses: Option<Vec<CachedContainerStatus>>,
     pub init_container_statuses: Option<Vec<CachedContainerStatus>>,
@@ -95,10 +94,6 @@ pub struct CachedPodStatus {
 #[serde(rename_all = "camelCase")]
 pub struct CachedContainerStatus {
     pub name: String,
-    #[serde(default)]
-    pub ready: bool,
-    #[serde(default)]
-    pub restart_count: i32,
     pub state: Option<ContainerState>,
     pub last_state: Option<Box<ContainerState>>,
 }
@@ -181,7 +176,7 @@ mod tests {
             "metadata": {"name": "p"},
             "spec": {"containers": [{"name": "pulumi"}], "volumes": [{"name": "t", "emptyDir": {}}]},
             "status": {"phase": "Running", "containerStatuses": [{"name": "pulumi", "ready": true,
-                        "restartCount": 0, "image": "i", "imageID": ""}]}
+                        "restartCount": 0, "image": "i", "imageID": "", "state": {"running": {}}}]}
         }))
         .unwrap();
         assert_eq!(pod.spec.unwrap().volumes, Some(vec![]));
@@ -189,7 +184,7 @@ mod tests {
         assert_eq!(status.phase.as_deref(), Some("Running"));
         let pulumi = &status.container_statuses.unwrap()[0];
         assert_eq!(pulumi.name, "pulumi");
-        assert!(pulumi.ready);
+        assert!(pulumi.state.as_ref().unwrap().running.is_some());
         // Addresses, QoS class, images and resources are not kept.
         assert!(
             std::mem::size_of::<CachedPodStatus>() * 2
