@@ -175,8 +175,7 @@ def apis(group, ns):
 
 def request_kinds(ns):
     """(kind, request for the i-th object): in the order one operation sends them."""
-    st, ws, up = apis("pulumi.com/v1", ns), apis("auto.pulumi.com/v1alpha1", ns), \
-        apis("auto.pulumi.com/v1alpha1", ns)
+    st, auto = apis("pulumi.com/v1", ns), apis("auto.pulumi.com/v1alpha1", ns)
     apply = "application/apply-patch+yaml"
 
     def stack_status(i):
@@ -196,20 +195,20 @@ def request_kinds(ns):
             "application/merge-patch+json")),
         ("Stack status claim (apply)", stack_status),
         ("Workspace (apply)", lambda i: (
-            "PATCH", f"{ws}/workspaces/s{i}?fieldManager=bench&force=true",
+            "PATCH", f"{auto}/workspaces/s{i}?fieldManager=bench&force=true",
             {"apiVersion": "auto.pulumi.com/v1alpha1", "kind": "Workspace",
              "metadata": {"name": f"s{i}"}, "spec": OBJECTS["workspaceSpec"]}, apply)),
         ("Workspace status (apply)", lambda i: (
-            "PATCH", f"{ws}/workspaces/s{i}/status?fieldManager=bench-ws-status&force=true",
+            "PATCH", f"{auto}/workspaces/s{i}/status?fieldManager=bench-ws-status&force=true",
             {"apiVersion": "auto.pulumi.com/v1alpha1", "kind": "Workspace",
              "status": OBJECTS["workspaceStatus"]}, apply)),
         ("Update created", lambda i: (
-            "POST", f"{up}/updates", fresh(OBJECTS["update"], ns, f"s{i}-op"), "application/json")),
+            "POST", f"{auto}/updates", fresh(OBJECTS["update"], ns, f"s{i}-op"), "application/json")),
         ("plan Secret created", lambda i: (
             "POST", f"/api/v1/namespaces/{ns}/secrets",
             fresh(OBJECTS["planSecret"], ns, f"s{i}-op-plan"), "application/json")),
         ("Update status (apply)", lambda i: (
-            "PATCH", f"{up}/updates/s{i}-op/status?fieldManager=bench-update-status&force=true",
+            "PATCH", f"{auto}/updates/s{i}-op/status?fieldManager=bench-update-status&force=true",
             {"apiVersion": "auto.pulumi.com/v1alpha1", "kind": "Update",
              "status": OBJECTS["updateStatus"]}, apply)),
         ("Event created", lambda i: (
@@ -270,10 +269,13 @@ def requests_table(count):
                 if errors:
                     sys.exit(f"{len(errors)} requests failed, e.g. {errors[0]}")
         finally:
-            # The finalizers added above would hold the namespace: nothing runs to remove them.
-            run_requests(count, lambda i: (
-                "PATCH", f"{apis('pulumi.com/v1', ns)}/stacks/s{i}",
-                {"metadata": {"finalizers": None}}, "application/merge-patch+json"))
+            # The finalizers sent above (the Stacks' and the Updates') would hold the namespace:
+            # nothing runs to remove them.
+            for path in (f"{apis('pulumi.com/v1', ns)}/stacks/s{{i}}",
+                         f"{apis('auto.pulumi.com/v1alpha1', ns)}/updates/s{{i}}-op"):
+                run_requests(count, lambda i, path=path: (
+                    "PATCH", path.format(i=i), {"metadata": {"finalizers": None}},
+                    "application/merge-patch+json"))
             # Gone before the operator is back, or it would start operations for these Stacks.
             kubectl("delete", "namespace", ns, "--timeout=600s", check=False)
 
