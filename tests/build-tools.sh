@@ -1,19 +1,32 @@
 #!/usr/bin/env bash
-# Builds the real programs the tests run, from the Go modules pinned in tests/tools/go.mod and
-# go.sum: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Pulumi CLI and its
-# YAML language host, and Helm (for the chart's tests). They are built once into a cache directory keyed by a hash of the pinned
-# module files (so a version change rebuilds, and nothing rebuilds otherwise) and reused.
+# Builds the real programs the tests run, from the Go modules pinned in tests/tools (each
+# directory with a go.mod is a module with its own go.sum):
+#   .                    etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Pulumi
+#                        CLI, and the test-only `random` and `standin` provider plugins
+#   yaml                 the Pulumi YAML language host
+#   langhosts            the Pulumi Node.js and Python language hosts (and the Python host's
+#                        pulumi-language-python-exec script)
+#   langhost-go          the Pulumi Go language host
+#   kubernetes-provider  the real Pulumi Kubernetes provider (its own build.sh)
+#   seaweedfs            SeaweedFS's `weed`, a real S3 server (state backends in s3://)
+#   helm                 Helm (for the chart's tests)
+# Each module is built once into a cache directory keyed by a hash of its pinned files (so a
+# version change rebuilds that module only, and nothing rebuilds otherwise); the tools directory
+# holds links to every module's binaries.
 #
 #   tests/build-tools.sh          build what is missing; last line: the directory holding the binaries
 #   tests/build-tools.sh --print  print that directory without building (exit 1 if not built yet)
 #
 # Go modules and Go's build cache live under the same cache root, outside the checkout, so a
-# second machine run (or CI on the same machine) downloads and compiles nothing again.
+# second machine run (or CI on the same machine) downloads and compiles nothing again. Modules
+# build two at a time (BUILD_TOOLS_JOBS): a Go build spends long stretches linking one big binary
+# on one core.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS_DIR="$REPO_ROOT/tests/tools"
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/pulumi-operator-rs"
+JOBS="${BUILD_TOOLS_JOBS:-2}"
 
 log() { echo "build-tools: $*" >&2; }
 die() { echo "build-tools: ERROR: $*" >&2; exit 1; }
@@ -24,24 +37,55 @@ PULUMI_VERSION="$(awk '$1 == "github.com/pulumi/pulumi/pkg/v3" {print $2; exit}'
 K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$TOOLS_DIR/go.mod")"
 [ -n "$PULUMI_VERSION" ] && [ -n "$K8S_VERSION" ] || die "cannot read the pinned versions from $TOOLS_DIR/go.mod"
 
-key="$(cd "$TOOLS_DIR" && cat go.mod go.sum yaml/go.mod yaml/go.sum helm/go.mod helm/go.sum $(find . -type f -name '*.go' | sort) | sha256sum | cut -c1-16)"
-BIN_DIR="$CACHE_ROOT/tools-$K8S_VERSION-pulumi-$PULUMI_VERSION-$key/bin"
-
-# Each Go module (a directory under tests/tools) and the commands it builds; a binary is named
-# after the last element of its package path.
+# Each module (a directory under tests/tools), and the packages it builds; a binary is named
+# after the last element of its package path. `-` marks a module built by its own build.sh.
 MODULES=(
-  ". ./cmd/etcd k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler github.com/pulumi/pulumi/pkg/v3/cmd/pulumi ./cmd/pulumi-resource-kubernetes ./cmd/pulumi-resource-standin ./cmd/pulumi-resource-random"
+  ". ./cmd/etcd k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler github.com/pulumi/pulumi/pkg/v3/cmd/pulumi ./cmd/pulumi-resource-standin ./cmd/pulumi-resource-random"
+  "kubernetes-provider - pulumi-resource-kubernetes"
   "yaml github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml"
+  "langhosts github.com/pulumi/pulumi/sdk/v3/nodejs/cmd/pulumi-language-nodejs ./cmd/pulumi-language-python"
+  "langhost-go github.com/pulumi/pulumi/sdk/v3/go/pulumi-language-go"
+  "seaweedfs github.com/seaweedfs/seaweedfs/weed"
   "helm helm.sh/helm/v3/cmd/helm"
 )
-TOOLS=()
-for m in "${MODULES[@]}"; do
-  for pkg in ${m#* }; do TOOLS+=("${pkg##*/}"); done
-done
+
+module_key() { # dir → hash of the module's pinned files and sources
+  local dir="$1" files
+  if [ "$dir" = . ]; then
+    files="$(cd "$TOOLS_DIR" && { echo go.mod go.sum tools.go; find cmd internal -type f -name '*.go' | sort; })"
+  else
+    files="$(cd "$TOOLS_DIR" && find "$dir" -type f | sort)"
+  fi
+  # shellcheck disable=SC2086
+  (cd "$TOOLS_DIR" && { echo "$PULUMI_VERSION $K8S_VERSION $(go_version)"; cat $files; } | sha256sum | cut -c1-16)
+}
+go_version() { command -v go >/dev/null && go env GOVERSION 2>/dev/null || echo none; }
+
+module_tools() { # module line → binary names
+  local m="$1" pkg
+  set -- $m; shift
+  if [ "$1" = - ]; then shift; echo "$@"; return; fi
+  for pkg in "$@"; do printf '%s ' "${pkg##*/}"; done
+}
+
+module_out() { # module line → its cache directory
+  local dir="${1%% *}"
+  local name="${dir//\//-}"; [ "$name" = . ] && name=root
+  echo "$CACHE_ROOT/modules/$name-$(module_key "$dir")"
+}
+
+# The machines install Go under /usr/local/go; a login shell may not have it on PATH.
+command -v go >/dev/null || [ ! -x /usr/local/go/bin/go ] || export PATH="/usr/local/go/bin:$PATH"
+
+combined=""
+for m in "${MODULES[@]}"; do combined="$combined $(module_out "$m")"; done
+BIN_DIR="$CACHE_ROOT/tools-$K8S_VERSION-pulumi-$PULUMI_VERSION-$(echo "$combined" | sha256sum | cut -c1-16)/bin"
 
 all_built() {
-  local t
-  for t in "${TOOLS[@]}"; do [ -x "$BIN_DIR/$t" ] || return 1; done
+  local m t
+  for m in "${MODULES[@]}"; do
+    for t in $(module_tools "$m"); do [ -x "$BIN_DIR/$t" ] || return 1; done
+  done
 }
 
 if [ "${1:-}" = "--print" ]; then
@@ -55,35 +99,87 @@ if all_built; then
   exit 0
 fi
 
-# The machines install Go under /usr/local/go; a login shell may not have it on PATH.
-command -v go >/dev/null || [ ! -x /usr/local/go/bin/go ] || export PATH="/usr/local/go/bin:$PATH"
 command -v go >/dev/null || die "Go (>= 1.26) is required on PATH (it builds the test cluster and the Pulumi CLI)"
 go_minor="$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')"
 [ "${go_minor:-0}" -ge 26 ] || die "Go >= 1.26 is required, found $(go env GOVERSION) at $(command -v go)"
 
 export GOMODCACHE="$CACHE_ROOT/go/mod" GOCACHE="$CACHE_ROOT/go/build" CGO_ENABLED=0 GOFLAGS=-mod=readonly
 export GOTOOLCHAIN=local
-mkdir -p "$BIN_DIR.partial"
 # Version stamps: `pulumi version` and `kube-apiserver --version` report what was built (the
 # runner gates features on the Pulumi version). -X of a symbol a binary lacks is ignored.
 minor="$(echo "$K8S_VERSION" | cut -d. -f2)"
 ldflags="-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION"
 ldflags="$ldflags -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1"
 ldflags="$ldflags -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
-for m in "${MODULES[@]}"; do
-  dir="${m%% *}" pkgs="${m#* }"
-  log "building in tests/tools/$dir: $pkgs"
+
+build_module() { # module line → builds into its cache directory unless already there
+  local m="$1" dir="${1%% *}" pkgs="${1#* }" out start sdk_version flags="$ldflags"
+  out="$(module_out "$m")"
+  [ -f "$out/.built" ] && return 0
+  rm -rf "$out.partial"; mkdir -p "$out.partial"
   start=$SECONDS
-  # One invocation per module, so that packages compile in parallel and links overlap.
-  # shellcheck disable=SC2086
-  (cd "$TOOLS_DIR/$dir" && go build -trimpath -ldflags "$ldflags" -o "$BIN_DIR.partial/" $pkgs)
-  log "built in $((SECONDS - start))s"
+  log "building tests/tools/$dir"
+  if [ "${pkgs%% *}" = - ]; then
+    "$TOOLS_DIR/$dir/build.sh" "$out.partial"
+  else
+    # The language hosts report their own sdk version (the CLI shows it in `pulumi about`).
+    flags="$ldflags"
+    case "$dir" in langhost*)
+      sdk_version="$(awk '$1 == "github.com/pulumi/pulumi/sdk/v3" {print $2; exit}' "$TOOLS_DIR/$dir/go.mod")"
+      flags="-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$sdk_version" ;;
+    esac
+    # One invocation per module, so that packages compile in parallel and links overlap.
+    # shellcheck disable=SC2086
+    (cd "$TOOLS_DIR/$dir" && go build -trimpath -ldflags "$flags" -o "$out.partial/" $pkgs)
+  fi
+  if [ "$dir" = langhosts ]; then
+    # The real Python host, behind the test adapter ./cmd/pulumi-language-python (see there),
+    # and the script it runs (from the same sdk release) to start a program.
+    (cd "$TOOLS_DIR/$dir" && go build -trimpath -ldflags "$flags" -o "$out.partial/pulumi-language-python-host" \
+      github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python)
+    local sdk; sdk="$(cd "$TOOLS_DIR/$dir" && go list -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3)"
+    install -m 0755 "$sdk/python/cmd/pulumi-language-python-exec" "$out.partial/"
+  fi
+  touch "$out.partial/.built"
+  rm -rf "$out"; mv "$out.partial" "$out"
+  log "built tests/tools/$dir in $((SECONDS - start))s"
+}
+
+mkdir -p "$CACHE_ROOT/modules"
+failed=0
+running=0
+pids=()
+for m in "${MODULES[@]}"; do
+  [ -f "$(module_out "$m")/.built" ] && continue
+  build_module "$m" &
+  pids+=($!)
+  running=$((running + 1))
+  if [ "$running" -ge "$JOBS" ]; then
+    wait -n || failed=1
+    running=$((running - 1))
+  fi
+done
+for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+# `wait -n` above caught failures of the first builds; check every module's result.
+for m in "${MODULES[@]}"; do
+  [ -f "$(module_out "$m")/.built" ] || { log "tests/tools/${m%% *} did not build"; failed=1; }
+done
+[ "$failed" = 0 ] || die "some tools did not build (see above)"
+
+rm -rf "$BIN_DIR.partial"; mkdir -p "$BIN_DIR.partial"
+for m in "${MODULES[@]}"; do
+  out="$(module_out "$m")"
+  for f in "$out"/*; do ln -f "$f" "$BIN_DIR.partial/" 2>/dev/null || cp -p "$f" "$BIN_DIR.partial/"; done
 done
 rm -rf "$BIN_DIR"
 mv "$BIN_DIR.partial" "$BIN_DIR"
 log "tools cached in $BIN_DIR"
 # Earlier pins' binaries (about 0.5 GB each) are not needed any more.
+keep=" $combined "
 for old in "$CACHE_ROOT"/tools-*; do
   [ "$old" = "${BIN_DIR%/bin}" ] || rm -rf "$old"
+done
+for old in "$CACHE_ROOT"/modules/*; do
+  case "$keep" in *" $old "*) ;; *) rm -rf "$old" ;; esac
 done
 echo "$BIN_DIR"

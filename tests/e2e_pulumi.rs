@@ -1,19 +1,24 @@
-//! What only the real Pulumi CLI shows, end to end: Stacks whose Pulumi YAML programs deploy
-//! Kubernetes objects into the test cluster with the Stack's own ServiceAccount (the canonical
-//! use of the operator), a PKO documentation example adapted only in its program, drift found by
-//! a refresh and by scheduled drift checks (`spec.driftDetection`, with and without automatic
-//! repair), the plan-approval gate (`spec.approval`), and a provider's multi-line error as a user reads it in `kubectl get stack`.
+//! What only the real Pulumi CLI shows, end to end: Stacks whose programs deploy Kubernetes
+//! objects into the test cluster with the Stack's own ServiceAccount (the canonical use of the
+//! operator), a PKO documentation example adapted only in its program, drift found by a refresh
+//! and by scheduled drift checks (`spec.driftDetection`, with and without automatic repair), the
+//! plan-approval gate (`spec.approval`), the real provider's readiness waits and components, and
+//! a provider's multi-line error as a user reads it in `kubectl get stack`.
 //!
-//! The `pulumi` container runs the real CLI (tests/build-tools.sh) with its YAML language host;
-//! the `kubernetes` provider plugin is the test stand-in of tests/tools (the module proxy does
-//! not serve pulumi-kubernetes), talking to the real apiserver.
+//! The `pulumi` container runs the real CLI, its YAML and Node.js language hosts and the real
+//! Pulumi Kubernetes provider (tests/build-tools.sh), talking to the real apiserver. Drift and
+//! approval run a TypeScript program (tests/programs/typescript-configmap) with its npm
+//! dependencies, kept between operations in the namespace's dependency cache.
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
 use kube::Api;
 use pulumi_operator_api::Stack;
 use std::time::Duration;
-use test_support::{kubectl, last_update, stack_ready, wait_for, wait_until, StackFixture};
+use test_support::{
+    kubectl, last_update, program_files, stack_ready, wait_for, wait_until, StackFixture,
+    DEPENDENCY_CACHE_TEMPLATE,
+};
 
 const T: Duration = Duration::from_secs(180);
 
@@ -183,19 +188,34 @@ spec:
     }
 }
 
-const DRIFT_PROGRAM: &str = r#"name: drift
-runtime: yaml
-resources:
-  settings:
-    type: kubernetes:core/v1:ConfigMap
-    properties:
-      metadata:
-        name: drift-target
-      data:
-        greeting: hello
-outputs:
-  greeting: ${settings.data.greeting}
-"#;
+/// The TypeScript program of tests/programs/typescript-configmap (one ConfigMap named
+/// `drift-target` with `greeting: hello`), its greeting replaced.
+fn drift_program(greeting: &str) -> Vec<(String, String)> {
+    let mut files = program_files("typescript-configmap");
+    for (path, content) in files.iter_mut() {
+        if path == "index.ts" {
+            *content = content.replace("greeting: \"hello\"", &format!("greeting: \"{greeting}\""));
+        }
+    }
+    files
+}
+
+/// A first operation of a TypeScript program installs its dependencies from npm.
+const FIRST: Duration = Duration::from_secs(600);
+
+/// The Stack fields a TypeScript program's Stack adds: the provider's namespace and the
+/// namespace's dependency cache.
+fn ts_stack(f: &StackFixture, source: &str, extra: &str) -> String {
+    f.sn.grant_program_rights();
+    f.stack_yaml(
+        "app",
+        source,
+        &format!(
+            "  config:\n    kubernetes:namespace: {}\n{DEPENDENCY_CACHE_TEMPLATE}{extra}",
+            f.ns()
+        ),
+    )
+}
 
 /// `expectNoRefreshChanges`: the refresh before the update passes while the deployed object is
 /// as Pulumi left it, fails once somebody changed it behind Pulumi's back (`kubectl patch`),
@@ -203,15 +223,14 @@ outputs:
 #[tokio::test]
 async fn refresh_expecting_no_changes_catches_an_object_edited_with_kubectl() {
     let f = StackFixture::new("drift").await;
-    grant_config_maps(&f);
-    let sha = f.repo.commit(&[("Pulumi.yaml", DRIFT_PROGRAM)], "v1");
-    f.sn.ns.apply(&f.stack_yaml(
-        "app",
+    let sha = f.repo.commit_files(&drift_program("hello"), "v1");
+    f.sn.ns.apply(&ts_stack(
+        &f,
         &format!("commit: {sha}"),
         "  refresh: true\n  expectNoRefreshChanges: true\n  continueResyncOnCommitMatch: true\n  resyncFrequencySeconds: 2\n  retryMaxBackoffDurationSeconds: 2\n",
     ));
     let first = f
-        .wait_stack_for(T, "app", "the first update Ready", stack_ready)
+        .wait_stack_for(FIRST, "app", "the first update Ready", stack_ready)
         .await;
     let first_update = last_update(&first).name.unwrap_or_default();
     let greeting = || {
@@ -313,15 +332,14 @@ fn edit_greeting(f: &StackFixture) {
 #[tokio::test]
 async fn a_scheduled_drift_check_reports_an_object_edited_with_kubectl() {
     let f = StackFixture::new("driftcheck").await;
-    grant_config_maps(&f);
-    let sha = f.repo.commit(&[("Pulumi.yaml", DRIFT_PROGRAM)], "v1");
-    f.sn.ns.apply(&f.stack_yaml(
-        "app",
+    let sha = f.repo.commit_files(&drift_program("hello"), "v1");
+    f.sn.ns.apply(&ts_stack(
+        &f,
         &format!("commit: {sha}"),
         "  driftDetection:\n    schedules: [\"* * * * *\"]\n",
     ));
     let first = f
-        .wait_stack_for(T, "app", "the first update Ready", stack_ready)
+        .wait_stack_for(FIRST, "app", "the first update Ready", stack_ready)
         .await;
     let deployed = last_update(&first).name.unwrap_or_default();
     assert_eq!(greeting(&f), "hello");
@@ -383,15 +401,14 @@ async fn a_scheduled_drift_check_reports_an_object_edited_with_kubectl() {
 #[tokio::test]
 async fn auto_remediation_puts_a_drifted_object_back() {
     let f = StackFixture::new("driftheal").await;
-    grant_config_maps(&f);
-    let sha = f.repo.commit(&[("Pulumi.yaml", DRIFT_PROGRAM)], "v1");
-    f.sn.ns.apply(&f.stack_yaml(
-        "app",
+    let sha = f.repo.commit_files(&drift_program("hello"), "v1");
+    f.sn.ns.apply(&ts_stack(
+        &f,
         &format!("commit: {sha}"),
         "  driftDetection:\n    schedules: [\"* * * * *\"]\n    timeZone: Europe/Paris\n    autoRemediate: true\n",
     ));
     let first = f
-        .wait_stack_for(T, "app", "the first update Ready", stack_ready)
+        .wait_stack_for(FIRST, "app", "the first update Ready", stack_ready)
         .await;
     let deployed = last_update(&first).name.unwrap_or_default();
     edit_greeting(&f);
@@ -489,13 +506,12 @@ fn target_exists(f: &StackFixture) -> bool {
 #[tokio::test]
 async fn a_gated_stack_applies_only_the_plan_a_person_approved() {
     let f = StackFixture::new("approval").await;
-    grant_config_maps(&f);
-    let v1 = f.repo.commit(&[("Pulumi.yaml", DRIFT_PROGRAM)], "v1");
+    let v1 = f.repo.commit_files(&drift_program("hello"), "v1");
     let gated = "  approval:\n    required: true\n";
     f.sn.ns
-        .apply(&f.stack_yaml("app", &format!("commit: {v1}"), gated));
+        .apply(&ts_stack(&f, &format!("commit: {v1}"), gated));
     let waiting = f
-        .wait_stack_for(T, "app", "a plan awaiting approval", |s| {
+        .wait_stack_for(FIRST, "app", "a plan awaiting approval", |s| {
             pending_plan(s).is_some()
         })
         .await;
@@ -534,15 +550,9 @@ async fn a_gated_stack_applies_only_the_plan_a_person_approved() {
     assert!(events(&f, "AwaitingApproval").contains(&first));
 
     // A new commit: the pending plan is no longer valid, a new one waits.
-    let v2 = f.repo.commit(
-        &[(
-            "Pulumi.yaml",
-            &DRIFT_PROGRAM.replace("greeting: hello", "greeting: approved"),
-        )],
-        "v2",
-    );
+    let v2 = f.repo.commit_files(&drift_program("approved"), "v2");
     f.sn.ns
-        .apply(&f.stack_yaml("app", &format!("commit: {v2}"), gated));
+        .apply(&ts_stack(&f, &format!("commit: {v2}"), gated));
     let replanned = f
         .wait_stack_for(T, "app", "a new plan for the new commit", |s| {
             pending_plan(s).is_some_and(|p| p != first)
@@ -719,4 +729,146 @@ outputs:
         !logs.contains("e2e-api-key-5150"),
         "the secret config leaked:\n{logs}"
     );
+}
+
+/// A Deployment whose pods fit no node, with its `pulumi.com/*` await annotation.
+fn unschedulable_deployment(annotation: &str) -> String {
+    format!(
+        r#"name: await
+runtime: yaml
+resources:
+  stuck:
+    type: kubernetes:apps/v1:Deployment
+    properties:
+      metadata:
+        annotations:
+          {annotation}
+      spec:
+        selector: {{matchLabels: {{app: stuck}}}}
+        template:
+          metadata: {{labels: {{app: stuck}}}}
+          spec:
+            nodeSelector: {{no-such-label: "true"}}
+            securityContext: {{runAsNonRoot: true, runAsUser: 1000, seccompProfile: {{type: RuntimeDefault}}}}
+            containers:
+            - name: app
+              image: busybox
+              command: [sleep, "86400"]
+              securityContext: {{allowPrivilegeEscalation: false, capabilities: {{drop: [ALL]}}}}
+outputs:
+  name: ${{stuck.metadata.name}}
+"#
+    )
+}
+
+/// The real provider's readiness wait: a Deployment that can never become ready fails its
+/// Update once `pulumi.com/timeoutSeconds` has passed, with the provider's own reason in the
+/// message; the same Deployment with `pulumi.com/skipAwait` succeeds at once.
+#[tokio::test]
+async fn the_provider_waits_for_readiness_unless_told_to_skip_it() {
+    let f = StackFixture::new("await").await;
+    f.sn.grant_program_rights();
+    let sha = f.repo.commit(
+        &[
+            (
+                "waits/Pulumi.yaml",
+                &unschedulable_deployment("pulumi.com/timeoutSeconds: \"20\""),
+            ),
+            (
+                "skips/Pulumi.yaml",
+                &unschedulable_deployment("pulumi.com/skipAwait: \"true\""),
+            ),
+        ],
+        "v1",
+    );
+    let config = format!("  config:\n    kubernetes:namespace: {}\n", f.ns());
+    let started = std::time::Instant::now();
+    for dir in ["waits", "skips"] {
+        f.sn.ns
+            .apply(&f.stack_yaml(dir, &format!("commit: {sha}\n  repoDir: {dir}"), &config));
+    }
+    let skipped = f
+        .wait_stack_for(T, "skips", "the skipAwait Stack Ready", |s| {
+            stack_ready(s) || failed(s)
+        })
+        .await;
+    assert!(stack_ready(&skipped), "{:?}", last_update(&skipped).message);
+    let waited = f
+        .wait_stack_for(T, "waits", "the awaited Deployment to fail", failed)
+        .await;
+    let message = last_update(&waited).message.unwrap_or_default();
+    assert!(
+        message.contains("timed out") && message.contains("Ready"),
+        "{message}"
+    );
+    // The provider's reason names what keeps the pods from running.
+    assert!(
+        message.contains("node") || message.contains("Unschedulable"),
+        "{message}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(170),
+        "the 20 s timeout took {:?}",
+        started.elapsed()
+    );
+}
+
+/// `kubernetes:yaml/v2:ConfigFile`, a component of the real provider, deploys every document
+/// of a multi-document manifest committed beside the program.
+#[tokio::test]
+async fn a_config_file_component_deploys_a_multi_document_manifest() {
+    let f = StackFixture::new("configfile").await;
+    f.sn.grant_program_rights();
+    let program = r#"name: manifests
+runtime: yaml
+resources:
+  app:
+    type: kubernetes:yaml/v2:ConfigFile
+    properties:
+      file: ./manifest.yaml
+outputs:
+  resources: ${app.resources}
+"#;
+    let manifest = r#"apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: first-document
+data: {n: "1"}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: second-document
+data: {n: "2"}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: third-document
+"#;
+    let sha = f.repo.commit(
+        &[("Pulumi.yaml", program), ("manifest.yaml", manifest)],
+        "v1",
+    );
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        &format!("  config:\n    kubernetes:namespace: {}\n", f.ns()),
+    ));
+    let s = f
+        .wait_stack_for(T, "app", "the update to end", |s| {
+            stack_ready(s) || failed(s)
+        })
+        .await;
+    assert!(stack_ready(&s), "{:?}", last_update(&s).message);
+    for (kind, name) in [
+        ("configmap", "first-document"),
+        ("configmap", "second-document"),
+        ("serviceaccount", "third-document"),
+    ] {
+        let found = kubectl(&["-n", f.ns(), "get", kind, name, "-o", "name"]);
+        assert!(found.contains(name), "{kind}/{name} missing: {found}");
+    }
+    let logs = job_logs(&f, &s);
+    assert!(logs.contains("kubernetes:yaml/v2:ConfigFile"), "{logs}");
 }

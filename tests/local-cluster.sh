@@ -108,15 +108,19 @@ pulumi_image_dir() {
 write_image_map() {
   local target; target="$(target_dir)/${BINARY_PROFILE:-debug}"
   local pulumi_path; pulumi_path="$(pulumi_image_dir)"
+  # As in the upstream images: node and npm, python3 with venv (the machine's, on the image's
+  # PATH) and Go for Go programs.
+  local go_path="" go_bin; go_bin="$(command -v go || true)"
+  [ -n "$go_bin" ] && go_path=", \"$(dirname "$(readlink -f "$go_bin")")\""
   cat >"$STATE_DIR/image-map.json" <<JSON
 {
   "images": [
     {"image": "$OPERATOR_IMAGE", "entrypoint": ["$target/pulumi-operator"], "user": 65532},
     {"image": "$RUNNER_IMAGE", "entrypoint": ["$target/pulumi-runner"], "user": 65532},
-    {"image": "pulumi/pulumi", "prefix": true, "path": ["$pulumi_path"], "user": 1000,
-     "env": {"PULUMI_SKIP_UPDATE_CHECK": "true", "AWS_EC2_METADATA_DISABLED": "true"}},
-    {"image": "test.local/pulumi-cloud-standin", "path": ["$REPO_ROOT/tests/pulumi-cloud-shim", "$pulumi_path"],
-     "user": 1000, "env": {"PULUMI_SKIP_UPDATE_CHECK": "true", "AWS_EC2_METADATA_DISABLED": "true"}}
+    {"image": "pulumi/pulumi", "prefix": true, "path": ["$pulumi_path"$go_path], "user": 1000,
+     "home": "/home/pulumi", "env": {"PULUMI_SKIP_UPDATE_CHECK": "true", "AWS_EC2_METADATA_DISABLED": "true"}},
+    {"image": "test.local/pulumi-cloud-standin", "path": ["$REPO_ROOT/tests/pulumi-cloud-shim", "$pulumi_path"$go_path],
+     "user": 1000, "home": "/home/pulumi", "env": {"PULUMI_SKIP_UPDATE_CHECK": "true", "AWS_EC2_METADATA_DISABLED": "true"}}
   ]
 }
 JSON

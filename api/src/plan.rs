@@ -218,6 +218,11 @@ pub struct RunPlan {
     /// masks every value in them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secret_env_dirs: Vec<String>,
+    /// Where the program's installed dependencies and the package managers' downloads are
+    /// kept between operations (a directory the Job mounts): the retained workspace's cache,
+    /// or the `dependency-cache` volume of the workspace template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependency_cache: Option<String>,
 }
 
 /// The identity Pulumi records in the locks an operation takes (`user@host (pid N)`): the
@@ -475,6 +480,7 @@ mod tests {
             lock_holder: None,
             secret_env: vec!["PULUMI_ACCESS_TOKEN".into()],
             secret_env_dirs: vec![secret_env_dir(0)],
+            dependency_cache: None,
         };
         let text = serde_json::to_string(&plan).unwrap();
         assert!(text.contains(r#""kind":"git""#), "{text}");
@@ -507,6 +513,7 @@ mod tests {
                 lock_holder: None,
                 secret_env: Vec::new(),
                 secret_env_dirs: Vec::new(),
+                dependency_cache: None,
             },
             workspace: RetainedWorkspace {
                 name: "app".into(),

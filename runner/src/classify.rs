@@ -53,6 +53,40 @@ pub struct Observed {
     /// The error entry that the next, more indented lines continue (multi-line provider
     /// errors, the YAML host's `Error:` with its source location).
     open: Option<OpenError>,
+    /// The first lines in which a package manager or compiler reports its error (npm, yarn,
+    /// pnpm, pip, tsc, go, a Python traceback's last line): what `pulumi install` failed on.
+    tool_errors: Vec<String>,
+}
+
+/// At most this many of a package manager's or compiler's error lines are kept.
+const TOOL_ERROR_LINES: usize = 5;
+const MAX_TOOL_LINE: usize = 300;
+
+/// A line in which a package manager or compiler reports an error, in its own words.
+fn is_tool_error(text: &str) -> bool {
+    const PREFIXES: [&str; 9] = [
+        "npm error ",
+        "npm ERR! ",
+        "ERR_PNPM_",
+        "ERROR: ",
+        "error TS",
+        "ModuleNotFoundError: ",
+        "ImportError: ",
+        "SyntaxError: ",
+        "go: ",
+    ];
+    // npm's and pip's own noise about the failure, not its cause.
+    const NOISE: [&str; 5] = [
+        "A complete log of this run can be found in",
+        "npm error code ",
+        "[notice]",
+        "go: downloading ",
+        "go: finding ",
+    ];
+    (PREFIXES.iter().any(|p| text.starts_with(p))
+        || (text.starts_with("error ") && !text.starts_with("error: ")))
+        && !NOISE.iter().any(|n| text.contains(n))
+        && text.len() > "npm error ".len() + 3
 }
 
 /// An error entry that may go on over the following lines.
@@ -151,6 +185,12 @@ impl Observed {
                 }
             }
         }
+        if self.tool_errors.len() < TOOL_ERROR_LINES && is_tool_error(text) {
+            let kept = truncated(text, MAX_TOOL_LINE);
+            if !self.tool_errors.contains(&kept) {
+                self.tool_errors.push(kept);
+            }
+        }
         let indent = line.len() - line.trim_start().len();
         // Pulumi YAML reports a program that does not evaluate as `Error: …` (stderr).
         let yaml_error = text.starts_with("Error: ");
@@ -225,6 +265,16 @@ impl Observed {
         if self.permalink.is_none() {
             self.permalink = other.permalink;
         }
+        for e in other.tool_errors {
+            if self.tool_errors.len() < TOOL_ERROR_LINES && !self.tool_errors.contains(&e) {
+                self.tool_errors.push(e);
+            }
+        }
+    }
+
+    /// The first lines of a package manager's or compiler's own error, one per line.
+    pub fn tool_error_summary(&self) -> String {
+        self.tool_errors.join("\n")
     }
 
     /// The most telling error lines, for a failure message: generic closing lines
@@ -346,6 +396,66 @@ pub fn strip_ansi(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tool_error_tests {
+    use super::*;
+
+    #[test]
+    fn an_npm_failure_keeps_npm_s_own_first_lines_and_drops_its_noise() {
+        let mut seen = Observed::default();
+        seen.text(
+            Stream::Stderr,
+            "npm error code E404
+npm error 404 Not Found - GET https://registry.npmjs.org/@pulumi%2fno-such-package - Not found
+npm error 404
+npm error 404  '@pulumi/no-such-package@1.0.0' is not in this registry.
+npm error A complete log of this run can be found in: /home/pulumi/.npm/_logs/x.log
+error: installing dependencies: npm install failed: exit status 1",
+        );
+        let summary = seen.tool_error_summary();
+        assert_eq!(
+            summary,
+            "npm error 404 Not Found - GET https://registry.npmjs.org/@pulumi%2fno-such-package - Not found
+npm error 404  '@pulumi/no-such-package@1.0.0' is not in this registry."
+        );
+    }
+
+    #[test]
+    fn pip_tsc_and_python_errors_are_recognised() {
+        let mut seen = Observed::default();
+        seen.text(
+            Stream::Stdout,
+            "Collecting pulumi==3.272.0
+ERROR: Could not find a version that satisfies the requirement nope==9 (from versions: none)
+index.ts(3,1): error TS1005: ';' expected.
+ModuleNotFoundError: No module named 'pulumi_nope'
+[notice] A new release of pip is available",
+        );
+        let summary = seen.tool_error_summary();
+        assert!(
+            summary.starts_with("ERROR: Could not find a version"),
+            "{summary}"
+        );
+        assert!(
+            !summary.contains("error TS"),
+            "only at a line's start: {summary}"
+        );
+        assert!(
+            summary.contains("No module named 'pulumi_nope'"),
+            "{summary}"
+        );
+        assert!(!summary.contains("notice"), "{summary}");
+        let mut many = Observed::default();
+        for i in 0..20 {
+            many.line(
+                Stream::Stderr,
+                &format!("npm error line {i} of the failure"),
+            );
+        }
+        assert_eq!(many.tool_error_summary().lines().count(), TOOL_ERROR_LINES);
+    }
 }
 
 #[cfg(test)]

@@ -45,6 +45,9 @@ pub struct Runner {
     pub pulumi: PathBuf,
     pub cwd: PathBuf,
     pub signals: Signals,
+    /// Environment for every invocation (the dependency cache's download directories); the
+    /// user's `$PULUMI_ENV` and the invocation's own variables come after it.
+    pub env: Vec<(String, String)>,
 }
 
 impl Runner {
@@ -53,6 +56,7 @@ impl Runner {
             pulumi: pulumi.into(),
             cwd: cwd.into(),
             signals,
+            env: Vec::new(),
         }
     }
 
@@ -82,6 +86,9 @@ impl Runner {
             .process_group(0)
             .kill_on_drop(false);
         for (k, v) in BASE_ENV {
+            cmd.env(k, v);
+        }
+        for (k, v) in &self.env {
             cmd.env(k, v);
         }
         // What user init containers wrote to $PULUMI_ENV; never logged (it may hold secrets).

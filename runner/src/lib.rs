@@ -12,6 +12,7 @@
 pub mod bootstrap;
 pub mod classify;
 pub mod config;
+pub mod deps;
 pub mod dotenv;
 pub mod error;
 pub mod exec;

@@ -324,6 +324,7 @@ mod tests {
             lock_holder: None,
             secret_env: Vec::new(),
             secret_env_dirs: Vec::new(),
+            dependency_cache: None,
         }
     }
 

@@ -272,6 +272,7 @@ mod tests {
             lock_holder: None,
             secret_env: secret_env.iter().map(|s| s.to_string()).collect(),
             secret_env_dirs: dirs,
+            dependency_cache: None,
         }
     }
 

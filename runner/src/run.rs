@@ -160,7 +160,14 @@ pub async fn prepare(
         _ => Vec::new(),
     };
 
-    let runner = Runner::new(&opts.pulumi, &workspace, signals);
+    let mut runner = Runner::new(&opts.pulumi, &workspace, signals);
+    let cache = plan
+        .dependency_cache
+        .as_deref()
+        .and_then(|dir| usable_cache(Path::new(dir)));
+    if let Some(cache) = &cache {
+        runner.env = crate::deps::download_env(cache);
+    }
     // Each CLI process is a Go start-up (and, with a passphrase, a key derivation), so
     // independent steps run side by side. `pulumi version` (logged for whoever reads the Job's
     // log) is waited for only when a step depends on the version.
@@ -181,8 +188,7 @@ pub async fn prepare(
     };
     let install_step = async {
         if crate::plan::project_needs_install(&workspace) {
-            let install = pulumi::install();
-            runner.run(&install).await.map(Some)
+            install_dependencies(&runner, &workspace, cache.as_deref()).await
         } else {
             Ok(None)
         }
@@ -210,6 +216,12 @@ pub async fn prepare(
             let mut f = failure(&install, "install");
             if f.reason != FailureReason::Interrupted {
                 f.reason = FailureReason::InstallationFailed;
+                // The package manager's (or compiler's) own first lines say what is wrong;
+                // Pulumi's closing line only says that the install failed.
+                let cause = install.observed.tool_error_summary();
+                if !cause.is_empty() {
+                    f.message = format!("pulumi install failed:\n{cause}");
+                }
             }
             return Err(f);
         }
@@ -245,6 +257,107 @@ pub async fn prepare(
         operation_config,
         assumed,
     })
+}
+
+/// The dependency cache directory, created if needed; `None` (logged) when it cannot be
+/// written, and the operation goes on without it.
+fn usable_cache(dir: &Path) -> Option<PathBuf> {
+    let probe = dir.join(format!(".probe-{}", std::process::id()));
+    let usable = std::fs::create_dir_all(dir).and_then(|_| std::fs::write(&probe, b""));
+    let _ = std::fs::remove_file(&probe);
+    match usable {
+        Ok(()) => Some(dir.to_path_buf()),
+        Err(e) => {
+            log(format!(
+                "the dependency cache {} cannot be written ({e}); installing without it",
+                dir.display()
+            ));
+            None
+        }
+    }
+}
+
+/// `pulumi install`, or the installed dependencies linked back from the cache when an earlier
+/// operation installed the same lockfile. `Ok(None)`: nothing was run.
+async fn install_dependencies(
+    runner: &Runner,
+    workspace: &Path,
+    cache: Option<&Path>,
+) -> Result<Option<Outcome>, Failure> {
+    let cached = match cache {
+        Some(cache) => cache_entry(workspace, cache).await,
+        None => None,
+    };
+    if let Some((cache, key, dir)) = &cached {
+        match crate::deps::restore(cache, key, workspace, dir) {
+            Ok(true) => {
+                log(format!(
+                    "dependencies restored from the cache ({dir} of lockfile digest {}): \
+                     nothing to install",
+                    &key[..12]
+                ));
+                return Ok(None);
+            }
+            Ok(false) => log(format!(
+                "no cached dependencies for lockfile digest {} yet: installing",
+                &key[..12]
+            )),
+            Err(e) => log(format!("cannot restore the cached dependencies: {e}")),
+        }
+        // Never install into a link to an entry another operation may be reading.
+        if std::fs::symlink_metadata(workspace.join(dir)).is_ok_and(|m| m.file_type().is_symlink())
+        {
+            let _ = std::fs::remove_file(workspace.join(dir));
+        }
+    }
+    let started = std::time::Instant::now();
+    let out = runner.run(&pulumi::install()).await?;
+    if out.success() {
+        log(format!(
+            "dependencies installed in {:.1}s",
+            started.elapsed().as_secs_f64()
+        ));
+        if let Some((cache, key, dir)) = &cached {
+            let started = std::time::Instant::now();
+            match crate::deps::store(cache, key, workspace, dir) {
+                Ok(()) => log(format!(
+                    "{dir} kept in the dependency cache in {:.1}s",
+                    started.elapsed().as_secs_f64()
+                )),
+                Err(e) => log(format!("cannot keep {dir} in the dependency cache: {e}")),
+            }
+        }
+    }
+    Ok(Some(out))
+}
+
+/// The cache entry of this project's installed dependencies: (cache, key, directory).
+async fn cache_entry(workspace: &Path, cache: &Path) -> Option<(PathBuf, String, String)> {
+    let text =
+        crate::plan::project_file(workspace).and_then(|f| std::fs::read_to_string(f).ok())?;
+    let runtime = crate::deps::runtime_of(&text)?;
+    let tool_version = match crate::deps::version_command(&runtime.name) {
+        Some([tool, arg]) => tokio::process::Command::new(tool)
+            .arg(arg)
+            .output()
+            .await
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default(),
+        None => String::new(),
+    };
+    let real = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    let read = |name: &str| std::fs::read(workspace.join(name)).ok();
+    match crate::deps::plan(&runtime, &read, &tool_version, &real.to_string_lossy()) {
+        crate::deps::CachePlan::Installed { key, dir } => Some((cache.to_path_buf(), key, dir)),
+        crate::deps::CachePlan::DownloadsOnly { why } => {
+            log(format!(
+                "installed dependencies are not cached: {why}; downloads are"
+            ));
+            None
+        }
+    }
 }
 
 async fn run_inner(

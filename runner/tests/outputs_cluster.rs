@@ -27,6 +27,7 @@ fn plan(ns: &str, uid: &str) -> RunPlan {
         lock_holder: None,
         secret_env: Vec::new(),
         secret_env_dirs: Vec::new(),
+        dependency_cache: None,
     }
 }
 

@@ -212,6 +212,10 @@ pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, String> {
         secret_env_dirs: (0..secret.whole_secrets.len())
             .map(plan::secret_env_dir)
             .collect(),
+        dependency_cache: crate::workspace::cache::dependency_cache_dir(
+            ws,
+            crate::workspace::cache::mounts_retained_cache(ws),
+        ),
     })
 }
 
@@ -469,6 +473,8 @@ pub fn build_job(
             pod_meta = m;
         }
     }
+    // The template's `dependency-cache` volume, where the runner keeps installed dependencies.
+    crate::workspace::cache::add_dependency_cache_mount(&mut pod_spec);
     // User init containers (e.g. writing $PULUMI_ENV) see the share volume and PULUMI_ENV too.
     if let Some(inits) = pod_spec["initContainers"].as_array_mut() {
         for c in inits.iter_mut() {

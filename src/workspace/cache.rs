@@ -47,12 +47,7 @@ pub fn selector_labels(ws: &str) -> BTreeMap<String, String> {
 /// its cache claim is bound: the cache claim mounted at `PULUMI_HOME`, and a required affinity
 /// to the workspace pod's node (the claim is usually ReadWriteOnce).
 pub fn retained_cache(ws: &Workspace, pod_spec: &mut Value) {
-    if ws
-        .status
-        .as_ref()
-        .and_then(|s| s.address.as_deref())
-        .is_none_or(str::is_empty)
-    {
+    if !mounts_retained_cache(ws) {
         return;
     }
     let name = ws.name_any();
@@ -78,6 +73,75 @@ pub fn add_cache_mount(pod_spec: &mut Value) {
         {
             match c["volumeMounts"].as_array_mut() {
                 Some(m) if !m.iter().any(|x| x["mountPath"] == CACHE_MOUNT_PATH) => {
+                    m.push(mount.clone())
+                }
+                Some(_) => {}
+                None => c["volumeMounts"] = json!([mount.clone()]),
+            }
+        }
+    }
+}
+
+/// A volume of this name in the workspace template (`podTemplate.spec.volumes`), usually a
+/// PersistentVolumeClaim the administrator provides, holds the program's installed
+/// dependencies and the package managers' downloads for every operation of the Stack: it is
+/// mounted at [`DEPENDENCY_CACHE_MOUNT_PATH`] in the `pulumi` container.
+pub const DEPENDENCY_CACHE_VOLUME: &str = "dependency-cache";
+pub const DEPENDENCY_CACHE_MOUNT_PATH: &str = "/dependency-cache";
+/// Where a retained workspace's cache claim keeps them when no such volume is named.
+pub const RETAINED_DEPENDENCY_CACHE: &str = "/share/.pulumi/dependencies";
+
+fn names_dependency_cache_volume(ws: &Workspace) -> bool {
+    ws.spec
+        .pod_template
+        .as_ref()
+        .and_then(|t| t.spec.as_ref())
+        .and_then(|s| s.get("volumes"))
+        .and_then(Value::as_array)
+        .is_some_and(|v| v.iter().any(|v| v["name"] == DEPENDENCY_CACHE_VOLUME))
+}
+
+/// Where an operation of this Workspace keeps dependencies between operations, if anywhere:
+/// the workspace template's `dependency-cache` volume, else a retained workspace's cache
+/// (`retained`: the Job mounts the cache claim, see [`retained_cache`]).
+pub fn dependency_cache_dir(ws: &Workspace, retained: bool) -> Option<String> {
+    if names_dependency_cache_volume(ws) {
+        Some(DEPENDENCY_CACHE_MOUNT_PATH.to_string())
+    } else if retained {
+        Some(RETAINED_DEPENDENCY_CACHE.to_string())
+    } else {
+        None
+    }
+}
+
+/// Whether a Job of this Workspace mounts the retained workspace's cache claim.
+pub fn mounts_retained_cache(ws: &Workspace) -> bool {
+    ws.status
+        .as_ref()
+        .and_then(|s| s.address.as_deref())
+        .is_some_and(|a| !a.is_empty())
+}
+
+/// Mounts the pod's `dependency-cache` volume, when it has one, in the `pulumi` container.
+pub fn add_dependency_cache_mount(pod_spec: &mut Value) {
+    let named = pod_spec["volumes"]
+        .as_array()
+        .is_some_and(|v| v.iter().any(|v| v["name"] == DEPENDENCY_CACHE_VOLUME));
+    if !named {
+        return;
+    }
+    let mount = json!({"name": DEPENDENCY_CACHE_VOLUME, "mountPath": DEPENDENCY_CACHE_MOUNT_PATH});
+    if let Some(containers) = pod_spec["containers"].as_array_mut() {
+        for c in containers
+            .iter_mut()
+            .filter(|c| c["name"] == names::PULUMI_CONTAINER)
+        {
+            match c["volumeMounts"].as_array_mut() {
+                Some(m)
+                    if !m
+                        .iter()
+                        .any(|x| x["mountPath"] == DEPENDENCY_CACHE_MOUNT_PATH) =>
+                {
                     m.push(mount.clone())
                 }
                 Some(_) => {}

@@ -106,6 +106,8 @@ pub fn build_workspace_plan(ws: &Workspace) -> Result<WorkspacePlan, String> {
     p.outputs_secret.clear();
     p.outputs_labels.clear();
     p.options = OperationOptions::default();
+    // The workspace pod always mounts its cache claim.
+    p.dependency_cache = super::cache::dependency_cache_dir(ws, true);
     if let Some(Source::Program { file }) = p.source.as_mut() {
         *file = format!("{}/{}", plan::PLAN_DIR, plan::WORKSPACE_PROGRAM_KEY);
     }

@@ -249,6 +249,7 @@ pub fn plan(operation: Operation, source: Option<Source>) -> RunPlan {
         lock_holder: None,
         secret_env: Vec::new(),
         secret_env_dirs: Vec::new(),
+        dependency_cache: None,
     }
 }
 

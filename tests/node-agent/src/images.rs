@@ -36,6 +36,11 @@ pub struct ImageEntry {
     /// The image's USER, used for `runAsNonRoot` checks when the pod sets no `runAsUser`.
     #[serde(default)]
     pub user: Option<i64>,
+    /// The image user's home directory (its HOME). Each container gets an empty, private one
+    /// there, as an image's writable layer gives it: what npm, pip or go cache in HOME lives
+    /// and dies with the container, never shared with another pod on this machine.
+    #[serde(default)]
+    pub home: Option<String>,
 }
 
 impl ImageMap {

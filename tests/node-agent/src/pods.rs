@@ -852,7 +852,27 @@ impl Agent {
         path_dirs.push(IMAGE_PATH.into());
         env.push(("PATH".into(), path_dirs.join(":")));
         env.push(("HOSTNAME".into(), handle.name.clone()));
-        env.push(("HOME".into(), home_of(uid)));
+        let home = match entry.and_then(|e| e.home.clone()) {
+            Some(home) => {
+                // A fresh home per container start, owned by the container's user.
+                let private = handle
+                    .dir
+                    .join("home")
+                    .join(format!("{}-{restart}", c.name));
+                let io = |e: std::io::Error| ("CreateContainerError", e.to_string());
+                std::fs::create_dir_all(&private).map_err(io)?;
+                std::os::unix::fs::chown(&private, Some(uid as u32), Some(gid as u32))
+                    .map_err(io)?;
+                image_mounts.push(Mount {
+                    source: private,
+                    target: PathBuf::from(&home),
+                    read_only: false,
+                });
+                home
+            }
+            None => home_of(uid),
+        };
+        env.push(("HOME".into(), home));
         for (k, v) in entry.iter().flat_map(|e| e.env.iter()) {
             env.push((k.clone(), v.clone()));
         }

@@ -378,7 +378,51 @@ impl GitRepo {
         git(&self.work, &["push", "-q", "origin", "main"]);
         git(&self.work, &["rev-parse", "HEAD"])
     }
+
+    /// As [`GitRepo::commit`], with owned (path, content) pairs ([`program_files`]).
+    pub fn commit_files(&self, files: &[(String, String)], message: &str) -> String {
+        let refs: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(p, c)| (p.as_str(), c.as_str()))
+            .collect();
+        self.commit(&refs, message)
+    }
 }
+
+/// The files of a test program under tests/programs/<name> (TypeScript, Python...), as
+/// (path, content) pairs to commit.
+pub fn program_files(name: &str) -> Vec<(String, String)> {
+    let dir = repo_root().join("tests/programs").join(name);
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.expect("program dir entry").path();
+        if path.is_file() {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let content = std::fs::read_to_string(&path).expect("program file");
+            files.push((name, content));
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The claim that [`DEPENDENCY_CACHE_TEMPLATE`] names.
+pub const DEPENDENCY_CACHE_CLAIM: &str = "pulumi-dependencies";
+
+/// A Stack's `workspaceTemplate` (spec-level lines) naming the namespace's dependency cache
+/// claim: later operations of a TypeScript or Python program link their dependencies back
+/// instead of installing them again.
+pub const DEPENDENCY_CACHE_TEMPLATE: &str = "  workspaceTemplate:
+    spec:
+      podTemplate:
+        spec:
+          volumes:
+          - name: dependency-cache
+            persistentVolumeClaim: {claimName: pulumi-dependencies}
+";
 
 /// A loopback HTTP git server (`tests/git-http-server.py`, git's own `git http-backend`)
 /// serving every bare repository under `root`; stopped when dropped.
@@ -438,6 +482,29 @@ pub const CLOUD_STANDIN_IMAGE: &str = "test.local/pulumi-cloud-standin:latest";
 pub const TEST_PASSPHRASE: &str = "e2e-passphrase-do-not-leak-7f3a";
 
 impl StackNamespace {
+    /// What PKO's documentation grants a Stack whose program manages Kubernetes objects, kept
+    /// to the Stack's namespace (a RoleBinding to `cluster-admin`), and the claim a Stack may
+    /// name as its dependency cache ([`DEPENDENCY_CACHE_TEMPLATE`]).
+    pub fn grant_program_rights(&self) {
+        self.ns.apply(&format!(
+            r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: pulumi-cluster-admin}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}
+subjects: [{{kind: ServiceAccount, name: pulumi, namespace: {ns}}}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {DEPENDENCY_CACHE_CLAIM}}}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {{requests: {{storage: 2Gi}}}}
+"#,
+            ns = self.ns.name
+        ));
+    }
+
     pub async fn new(prefix: &str) -> StackNamespace {
         StackNamespace::create(prefix, true).await
     }
@@ -1292,4 +1359,225 @@ pub async fn kill_operator() {
         },
     )
     .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Real S3 state (tests/e2e_s3.rs): SeaweedFS, a real S3-compatible server built by
+// tests/build-tools.sh, on loopback.
+// ---------------------------------------------------------------------------------------------
+
+/// The directory of the tools tests/build-tools.sh built (the CLI, providers, `weed`).
+pub fn tools_bin() -> PathBuf {
+    let out = Command::new(repo_root().join("tests/build-tools.sh"))
+        .arg("--print")
+        .output()
+        .expect("run tests/build-tools.sh --print");
+    let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        out.status.success() && !dir.is_empty(),
+        "the test tools are not built: run tests/build-tools.sh"
+    );
+    PathBuf::from(dir)
+}
+
+fn free_loopback_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// SeaweedFS's single-process S3 server (`weed mini`) on loopback with one bucket and one
+/// identity whose keys it requires (unsigned requests are refused); stopped when dropped.
+pub struct S3Server {
+    pub dir: PathBuf,
+    pub bucket: String,
+    pub access_key: String,
+    pub secret_key: String,
+    ports: Vec<u16>,
+    child: Option<std::process::Child>,
+}
+
+impl S3Server {
+    pub fn start(dir: PathBuf) -> S3Server {
+        std::fs::create_dir_all(dir.join("data")).expect("s3 data dir");
+        let mut server = S3Server {
+            dir,
+            bucket: "pulumi-state".into(),
+            access_key: "e2e-access-key".into(),
+            secret_key: "e2e-secret-key-0f9c2d7e41".into(),
+            // S3, master, volume, filer, admin, then their gRPC ports.
+            ports: (0..10).map(|_| free_loopback_port()).collect(),
+            child: None,
+        };
+        let identities = serde_json::json!({"identities": [{
+            "name": "pulumi",
+            "credentials": [{"accessKey": server.access_key, "secretKey": server.secret_key}],
+            "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+        }]});
+        std::fs::write(server.dir.join("s3.json"), identities.to_string()).expect("s3.json");
+        server.resume();
+        server
+    }
+
+    pub fn port(&self) -> u16 {
+        self.ports[0]
+    }
+
+    /// The state backend URL the Pulumi CLI takes for this bucket.
+    pub fn backend_url(&self) -> String {
+        format!(
+            "s3://{}?endpoint=http://127.0.0.1:{}&use_path_style=true&region=us-east-1&response_checksum_validation=when_required",
+            self.bucket,
+            self.port()
+        )
+    }
+
+    /// Starts the server (again, on the same data and ports) and waits until it takes writes.
+    pub fn resume(&mut self) {
+        let p = &self.ports;
+        let data = self.dir.join("data");
+        let log =
+            std::fs::File::create(self.dir.join(format!("weed-{}.log", p[0]))).expect("weed log");
+        let args = vec![
+            "-logtostderr".to_string(),
+            "mini".into(),
+            format!("-dir={}", data.display()),
+            "-ip=127.0.0.1".into(),
+            "-ip.bind=127.0.0.1".into(),
+            format!("-s3.port={}", p[0]),
+            format!("-master.port={}", p[1]),
+            format!("-volume.port={}", p[2]),
+            format!("-filer.port={}", p[3]),
+            format!("-admin.port={}", p[4]),
+            format!("-s3.port.grpc={}", p[5]),
+            format!("-master.port.grpc={}", p[6]),
+            format!("-volume.port.grpc={}", p[7]),
+            format!("-filer.port.grpc={}", p[8]),
+            format!("-admin.port.grpc={}", p[9]),
+            "-admin.port.legacy=0".into(),
+            "-admin.ui=false".into(),
+            "-webdav=false".into(),
+            "-s3.port.iceberg=0".into(),
+            "-s3.port.lance=0".into(),
+            "-master.telemetry=false".into(),
+            format!("-s3.config={}", self.dir.join("s3.json").display()),
+            "-master.volumeSizeLimitMB=64".into(),
+            "-volume.max=4".into(),
+            "-volume.preStopSeconds=0".into(),
+            format!("-bucket={}", self.bucket),
+        ];
+        let child = Command::new(tools_bin().join("weed"))
+            .args(&args)
+            .current_dir(&data)
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start weed mini");
+        self.child = Some(child);
+        // Writes are refused for a while after a restart (the master's start-up delay): ready
+        // once a signed PUT succeeds.
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while !self.put_probe() {
+            assert!(
+                Instant::now() < deadline,
+                "SeaweedFS did not take writes within 90 s (log: {})",
+                self.dir.display()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    /// Stops the server (SIGTERM, then SIGKILL); its data stays for [`S3Server::resume`].
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if matches!(child.try_wait(), Ok(Some(_))) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn curl(&self, extra: &[&str], path: &str) -> std::process::Output {
+        let user = format!("{}:{}", self.access_key, self.secret_key);
+        let url = format!("http://127.0.0.1:{}/{}{path}", self.port(), self.bucket);
+        let mut args = vec![
+            "-s",
+            "-m",
+            "10",
+            "--aws-sigv4",
+            "aws:amz:us-east-1:s3",
+            "--user",
+            &user,
+        ];
+        args.extend_from_slice(extra);
+        args.push(&url);
+        Command::new("curl").args(&args).output().expect("curl")
+    }
+
+    fn put_probe(&self) -> bool {
+        let probe = self.dir.join("probe");
+        let _ = std::fs::write(&probe, b"ready");
+        let probe = probe.to_string_lossy().into_owned();
+        let out = self.curl(
+            &["-o", "/dev/null", "-w", "%{http_code}", "-T", &probe],
+            "/probe",
+        );
+        String::from_utf8_lossy(&out.stdout).trim() == "200"
+    }
+
+    /// The keys under `prefix` in the bucket (ListObjectsV2).
+    pub fn keys(&self, prefix: &str) -> Vec<String> {
+        let out = self.curl(&[], &format!("?list-type=2&prefix={prefix}"));
+        let body = String::from_utf8_lossy(&out.stdout).into_owned();
+        body.split("<Key>")
+            .skip(1)
+            .filter_map(|s| s.split("</Key>").next())
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Sends SIGKILL to the `pulumi` CLI processes running `up` (not the runner, not the plugins)
+/// whose environment contains `needle` (a backend's directory or URL); returns how many.
+pub fn kill_pulumi_up(needle: &str) -> usize {
+    let mut killed = 0;
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = entry.file_name().to_string_lossy().to_string();
+        if pid.parse::<u32>().is_err() {
+            continue;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let argv: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let is_cli = argv
+            .first()
+            .is_some_and(|a| a.ends_with("/pulumi") || a == "pulumi")
+            && argv.iter().any(|a| a == "up");
+        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+        if is_cli && String::from_utf8_lossy(&environ).contains(needle) {
+            let ok = Command::new("kill")
+                .args(["-KILL", &pid])
+                .status()
+                .is_ok_and(|s| s.success());
+            killed += ok as usize;
+        }
+    }
+    killed
 }
