@@ -731,10 +731,11 @@ outputs:
     );
 }
 
-/// A Deployment whose pods fit no node, with its `pulumi.com/*` await annotation.
-fn unschedulable_deployment(annotation: &str) -> String {
+/// A project `name` with a Deployment whose pods fit no node, with its `pulumi.com/*` await
+/// annotation.
+fn unschedulable_deployment(name: &str, annotation: &str) -> String {
     format!(
-        r#"name: await
+        r#"name: {name}
 runtime: yaml
 resources:
   stuck:
@@ -772,11 +773,11 @@ async fn the_provider_waits_for_readiness_unless_told_to_skip_it() {
         &[
             (
                 "waits/Pulumi.yaml",
-                &unschedulable_deployment("pulumi.com/timeoutSeconds: \"20\""),
+                &unschedulable_deployment("waits", "pulumi.com/timeoutSeconds: \"20\""),
             ),
             (
                 "skips/Pulumi.yaml",
-                &unschedulable_deployment("pulumi.com/skipAwait: \"true\""),
+                &unschedulable_deployment("skips", "pulumi.com/skipAwait: \"true\""),
             ),
         ],
         "v1",
@@ -797,13 +798,10 @@ async fn the_provider_waits_for_readiness_unless_told_to_skip_it() {
         .wait_stack_for(T, "waits", "the awaited Deployment to fail", failed)
         .await;
     let message = last_update(&waited).message.unwrap_or_default();
+    // The provider's own words: what timed out, and why.
     assert!(
-        message.contains("timed out") && message.contains("Ready"),
-        "{message}"
-    );
-    // The provider's reason names what keeps the pods from running.
-    assert!(
-        message.contains("node") || message.contains("Unschedulable"),
+        message.contains("timed out waiting to be Ready")
+            && message.contains("Minimum number of live Pods was not attained"),
         "{message}"
     );
     assert!(

@@ -186,8 +186,14 @@ pub async fn prepare(
             v
         })
     };
+    // A destroy without the source has only the project's name and runtime (the program does
+    // not run): nothing to install.
+    let source_only_project = matches!(
+        plan.source,
+        Some(pulumi_operator_api::plan::Source::ProjectInfo { .. })
+    );
     let install_step = async {
-        if crate::plan::project_needs_install(&workspace) {
+        if !source_only_project && crate::plan::project_needs_install(&workspace) {
             install_dependencies(&runner, &workspace, cache.as_deref()).await
         } else {
             Ok(None)
