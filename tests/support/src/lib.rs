@@ -1536,6 +1536,8 @@ impl S3Server {
 
     /// The keys under `prefix` in the bucket (ListObjectsV2).
     pub fn keys(&self, prefix: &str) -> Vec<String> {
+        // Signed: the query in its canonical form (`/` escaped), or the signature differs.
+        let prefix = prefix.replace('/', "%2F");
         let out = self.curl(&[], &format!("?list-type=2&prefix={prefix}"));
         let body = String::from_utf8_lossy(&out.stdout).into_owned();
         body.split("<Key>")
