@@ -543,6 +543,13 @@ mod tests {
         u
     }
 
+    fn cfg() -> JobConfig {
+        JobConfig {
+            runner_image: "runner".into(),
+            runner_pull_policy: "IfNotPresent".into(),
+        }
+    }
+
     fn fixture() -> (Update, Workspace) {
         let s = stack();
         let src = ResolvedSource::Git {
@@ -552,6 +559,40 @@ mod tests {
             shallow: false,
         };
         (update(&s), build_workspace(&s, &src))
+    }
+
+    #[test]
+    fn a_dependency_cache_volume_is_mounted_and_named_in_the_plan() {
+        let (u, mut ws) = fixture();
+        assert_eq!(build_plan(&u, &ws).unwrap().dependency_cache, None);
+        let job = serde_json::to_value(build_job(&u, &ws, &cfg(), false).unwrap()).unwrap();
+        assert!(!job.to_string().contains("/dependency-cache"));
+
+        ws.spec.pod_template = Some(
+            serde_json::from_value(json!({"spec": {"volumes": [
+                {"name": "dependency-cache", "persistentVolumeClaim": {"claimName": "deps"}}]}}))
+            .unwrap(),
+        );
+        assert_eq!(
+            build_plan(&u, &ws).unwrap().dependency_cache.as_deref(),
+            Some("/dependency-cache")
+        );
+        let job = serde_json::to_value(build_job(&u, &ws, &cfg(), false).unwrap()).unwrap();
+        let pod = &job["spec"]["template"]["spec"];
+        let pulumi = pod["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "pulumi")
+            .unwrap();
+        assert!(pulumi["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["name"] == "dependency-cache" && m["mountPath"] == "/dependency-cache"));
+        assert!(pod["volumes"].as_array().unwrap().iter().any(|v| {
+            v["name"] == "dependency-cache" && v["persistentVolumeClaim"]["claimName"] == "deps"
+        }));
     }
 
     #[test]
