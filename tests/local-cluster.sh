@@ -35,6 +35,10 @@ apt_install() {
 install_prerequisites() {
   apt_install jq openssl ca-certificates curl git iproute2 util-linux tar openssh-client openssh-server
   command -v python3 >/dev/null || apt_install python3
+  # What the test programs' pods run, as in the upstream pulumi images: Node.js with npm for
+  # TypeScript, the system python3 with venv for Python.
+  apt_install python3-venv
+  command -v node >/dev/null && command -v npm >/dev/null || apt_install nodejs npm
   command -v kubectl >/dev/null || die "kubectl (>= 1.26, with built-in kustomize) is required on PATH"
 }
 
