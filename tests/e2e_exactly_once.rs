@@ -339,36 +339,6 @@ async fn updates_go_only_after_they_were_absorbed() {
     assert_eq!(f.lock_files(), 0, "no lock left");
 }
 
-/// Sends SIGKILL to the `pulumi` CLI processes (not the runner, not the plugins) whose
-/// environment names this backend; returns how many.
-fn kill_pulumi_cli(backend_dir: &str) -> usize {
-    let mut killed = 0;
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let pid = entry.file_name().to_string_lossy().to_string();
-        if pid.parse::<u32>().is_err() {
-            continue;
-        }
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let argv: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let is_cli = argv
-            .first()
-            .is_some_and(|a| a.ends_with("/pulumi") || a == "pulumi")
-            && argv.iter().any(|a| a == "up");
-        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
-        if is_cli && String::from_utf8_lossy(&environ).contains(backend_dir) {
-            let ok = std::process::Command::new("kill")
-                .args(["-KILL", &pid])
-                .status()
-                .is_ok_and(|s| s.success());
-            killed += ok as usize;
-        }
-    }
-    killed
-}
-
 /// The command lines of every process whose program is named `pulumi*`, for a failure
 /// message.
 fn pulumi_processes() -> Vec<String> {
@@ -409,14 +379,7 @@ async fn a_lock_left_by_a_killed_pulumi_is_cleared_by_the_next_operation() {
     // The lock can be seen a moment before `pulumi up` is visible in /proc on a loaded
     // machine (CI runs this file's tests side by side), so look for it for a while.
     let backend = f.sn.backend_dir.to_string_lossy().to_string();
-    let mut killed = 0;
-    for _ in 0..60 {
-        killed = kill_pulumi_cli(&backend);
-        if killed > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let killed = test_support::kill_pulumi_up_soon(&backend).await;
     assert!(
         killed > 0,
         "no pulumi process of this test to kill (pod {pod_name}); pulumi processes: {:?}",

@@ -825,8 +825,6 @@ resources:
     type: kubernetes:yaml/v2:ConfigFile
     properties:
       file: ./manifest.yaml
-outputs:
-  resources: ${app.resources}
 "#;
     let manifest = r#"apiVersion: v1
 kind: ConfigMap

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 use test_support::{
-    kill_pulumi_up, kubectl, last_update, output_value, stack_ready, wait_until, S3Server,
+    kill_pulumi_up_soon, kubectl, last_update, output_value, stack_ready, wait_until, S3Server,
     StackFixture,
 };
 
@@ -111,15 +111,10 @@ async fn a_stack_keeps_its_state_and_lock_in_s3_through_a_kill_an_outage_and_a_d
     )
     .await;
     let needle = format!("127.0.0.1:{}", s3.port());
-    let mut killed = 0;
-    for _ in 0..60 {
-        killed = kill_pulumi_up(&needle);
-        if killed > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    assert!(killed > 0, "no pulumi up of this Stack to kill");
+    assert!(
+        kill_pulumi_up_soon(&needle).await > 0,
+        "no pulumi up of this Stack to kill"
+    );
     let s = f
         .wait_stack_for(T, "app", "Ready after the stale lock was cleared", |s| {
             stack_ready(s) && last_update(s).last_successful_commit.as_deref() == Some(v1.as_str())

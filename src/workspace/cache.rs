@@ -65,16 +65,19 @@ pub fn retained_cache(ws: &Workspace, pod_spec: &mut Value) {
 }
 
 pub fn add_cache_mount(pod_spec: &mut Value) {
-    let mount = json!({"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT_PATH});
+    add_pulumi_mount(pod_spec, CACHE_VOLUME, CACHE_MOUNT_PATH);
+}
+
+/// Mounts volume `name` at `path` in the `pulumi` container, unless something is mounted there.
+fn add_pulumi_mount(pod_spec: &mut Value, name: &str, path: &str) {
+    let mount = json!({"name": name, "mountPath": path});
     if let Some(containers) = pod_spec["containers"].as_array_mut() {
         for c in containers
             .iter_mut()
             .filter(|c| c["name"] == names::PULUMI_CONTAINER)
         {
             match c["volumeMounts"].as_array_mut() {
-                Some(m) if !m.iter().any(|x| x["mountPath"] == CACHE_MOUNT_PATH) => {
-                    m.push(mount.clone())
-                }
+                Some(m) if !m.iter().any(|x| x["mountPath"] == path) => m.push(mount.clone()),
                 Some(_) => {}
                 None => c["volumeMounts"] = json!([mount.clone()]),
             }
@@ -127,26 +130,11 @@ pub fn add_dependency_cache_mount(pod_spec: &mut Value) {
     let named = pod_spec["volumes"]
         .as_array()
         .is_some_and(|v| v.iter().any(|v| v["name"] == DEPENDENCY_CACHE_VOLUME));
-    if !named {
-        return;
-    }
-    let mount = json!({"name": DEPENDENCY_CACHE_VOLUME, "mountPath": DEPENDENCY_CACHE_MOUNT_PATH});
-    if let Some(containers) = pod_spec["containers"].as_array_mut() {
-        for c in containers
-            .iter_mut()
-            .filter(|c| c["name"] == names::PULUMI_CONTAINER)
-        {
-            match c["volumeMounts"].as_array_mut() {
-                Some(m)
-                    if !m
-                        .iter()
-                        .any(|x| x["mountPath"] == DEPENDENCY_CACHE_MOUNT_PATH) =>
-                {
-                    m.push(mount.clone())
-                }
-                Some(_) => {}
-                None => c["volumeMounts"] = json!([mount.clone()]),
-            }
-        }
+    if named {
+        add_pulumi_mount(
+            pod_spec,
+            DEPENDENCY_CACHE_VOLUME,
+            DEPENDENCY_CACHE_MOUNT_PATH,
+        );
     }
 }

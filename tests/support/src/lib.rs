@@ -1554,6 +1554,19 @@ impl Drop for S3Server {
     }
 }
 
+/// [`kill_pulumi_up`], tried for up to 30 s: the lock can be seen a moment before `pulumi up`
+/// is visible in /proc on a loaded machine. Returns how many were killed.
+pub async fn kill_pulumi_up_soon(needle: &str) -> usize {
+    for _ in 0..60 {
+        let killed = kill_pulumi_up(needle);
+        if killed > 0 {
+            return killed;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    0
+}
+
 /// Sends SIGKILL to the `pulumi` CLI processes running `up` (not the runner, not the plugins)
 /// whose environment contains `needle` (a backend's directory or URL); returns how many.
 pub fn kill_pulumi_up(needle: &str) -> usize {
