@@ -194,7 +194,7 @@ pub fn store(cache: &Path, key: &str, workspace: &Path, dir: &str) -> std::io::R
         return Ok(());
     }
     std::fs::create_dir_all(cache)?;
-    let partial = cache.join(format!(".partial-{key}-{}", std::process::id()));
+    let partial = cache.join(format!(".partial-{key}-{}", unique_suffix()));
     let _ = remove_any(&partial);
     let copied = copy_tree(&installed, &partial.join(dir));
     if let Err(e) = copied {
@@ -213,6 +213,17 @@ pub fn store(cache: &Path, key: &str, workspace: &Path, dir: &str) -> std::io::R
         }
     }
     Ok(())
+}
+
+/// A name part no other operation sharing the directory uses at the same time: every pod's
+/// runner has the same pid in its own PID namespace, so the pod's hostname and the time count.
+pub fn unique_suffix() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("{}-{}-{nanos}", host.trim(), std::process::id())
 }
 
 fn remove_any(path: &Path) -> std::io::Result<()> {

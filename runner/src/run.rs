@@ -268,7 +268,7 @@ pub async fn prepare(
 /// The dependency cache directory, created if needed; `None` (logged) when it cannot be
 /// written, and the operation goes on without it.
 fn usable_cache(dir: &Path) -> Option<PathBuf> {
-    let probe = dir.join(format!(".probe-{}", std::process::id()));
+    let probe = dir.join(format!(".probe-{}", crate::deps::unique_suffix()));
     let usable = std::fs::create_dir_all(dir).and_then(|_| std::fs::write(&probe, b""));
     let _ = std::fs::remove_file(&probe);
     match usable {

@@ -662,11 +662,7 @@ mod tests {
         let text = serde_json::to_string(&p.secret_env).unwrap();
         assert!(!text.contains("do-not-leak"));
 
-        let cfg = JobConfig {
-            runner_image: "runner".into(),
-            runner_pull_policy: "IfNotPresent".into(),
-        };
-        let v = serde_json::to_value(build_job(&u, &ws, &cfg, false).unwrap()).unwrap();
+        let v = serde_json::to_value(build_job(&u, &ws, &cfg(), false).unwrap()).unwrap();
         let ps = &v["spec"]["template"]["spec"];
         let volumes = ps["volumes"].as_array().unwrap();
         let secret_volumes: Vec<&Value> = volumes
