@@ -408,3 +408,45 @@ async fn a_lock_left_by_a_killed_pulumi_is_cleared_by_the_next_operation() {
         "an Event says a stale lock was cleared: {reasons}"
     );
 }
+
+/// `kubectl delete job` of a running operation: the pod goes with its Job, the Update ends
+/// Failed saying so (the operator asks the API server before concluding the Job is gone, not
+/// only its cache), and the Stack runs the operation again to a success.
+#[tokio::test]
+async fn a_job_deleted_mid_operation_fails_its_update_and_the_stack_runs_again() {
+    let f = StackFixture::new("eo-job").await;
+    let sha = f
+        .repo
+        .commit(&[("Pulumi.yaml", &sleeping_program(20))], "slow");
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        "  retryMaxBackoffDurationSeconds: 5\n",
+    ));
+    let pod = f.running_runner_pod("app").await;
+    let update = pod.metadata.labels.unwrap_or_default()["auto.pulumi.com/update-name"].clone();
+    kubectl(&["-n", f.ns(), "delete", "job", &update, "--wait=false"]);
+    let s = f
+        .wait_stack_for(
+            Duration::from_secs(240),
+            "app",
+            "Ready after the deleted Job's operation ran again",
+            |s| stack_ready(s) && last_update(s).name.as_deref() != Some(update.as_str()),
+        )
+        .await;
+    assert_eq!(output_value(&s), "rested");
+    let message = kubectl(&[
+        "-n",
+        f.ns(),
+        "get",
+        "update",
+        &update,
+        "-o",
+        "jsonpath={.status.message}",
+    ]);
+    assert!(
+        message.contains("Job was deleted"),
+        "the deleted Job's Update says why it ended: {message:?}"
+    );
+    assert_eq!(f.lock_files(), 0, "no lock left");
+}

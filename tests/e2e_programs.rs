@@ -172,7 +172,7 @@ async fn deploy_roll_destroy(prefix: &str, program: &str, install_log: &str) {
     // A new commit rolls the Deployment; the installed dependencies come from the cache.
     let first_update = last_update(&s).name.unwrap_or_default();
     for (path, content) in files.iter_mut() {
-        if path == "index.ts" || path == "__main__.py" {
+        if matches!(path.as_str(), "index.ts" | "__main__.py" | "main.go") {
             *content = content.replace("\"hello\"", "\"hello again\"");
         }
     }
@@ -213,6 +213,11 @@ async fn a_typescript_program_from_git_deploys_rolls_and_is_destroyed() {
 #[tokio::test]
 async fn a_python_program_from_git_deploys_rolls_and_is_destroyed() {
     deploy_roll_destroy("py", "python", "pip").await;
+}
+
+#[tokio::test]
+async fn a_go_program_from_git_deploys_rolls_and_is_destroyed() {
+    deploy_roll_destroy("go", "go", "go: downloading").await;
 }
 
 /// A dependency that does not exist: the Update fails in the install step, and its message

@@ -114,17 +114,22 @@ write_image_map() {
   local pulumi_path; pulumi_path="$(pulumi_image_dir)"
   # As in the upstream images: node and npm, python3 with venv (the machine's, on the image's
   # PATH) and Go for Go programs.
-  local go_path="" go_bin; go_bin="$(command -v go || true)"
-  [ -n "$go_bin" ] && go_path=", \"$(dirname "$(readlink -f "$go_bin")")\""
+  # The node agent links PATH entries under /run/node-agent, where a go binary cannot find its
+  # GOROOT by itself: the image says where it is, as the upstream image's environment does.
+  local go_path="" go_env="" go_bin; go_bin="$(command -v go || true)"
+  if [ -n "$go_bin" ]; then
+    go_path=", \"$(dirname "$(readlink -f "$go_bin")")\""
+    go_env=", \"GOROOT\": \"$("$go_bin" env GOROOT)\""
+  fi
   cat >"$STATE_DIR/image-map.json" <<JSON
 {
   "images": [
     {"image": "$OPERATOR_IMAGE", "entrypoint": ["$target/pulumi-operator"], "user": 65532},
     {"image": "$RUNNER_IMAGE", "entrypoint": ["$target/pulumi-runner"], "user": 65532},
     {"image": "pulumi/pulumi", "prefix": true, "path": ["$pulumi_path"$go_path], "user": 1000,
-     "home": "/home/pulumi", "env": {"PULUMI_SKIP_UPDATE_CHECK": "true", "AWS_EC2_METADATA_DISABLED": "true"}},
+     "home": "/home/pulumi", "env": {"PULUMI_SKIP_UPDATE_CHECK": "true", "AWS_EC2_METADATA_DISABLED": "true"$go_env}},
     {"image": "test.local/pulumi-cloud-standin", "path": ["$REPO_ROOT/tests/pulumi-cloud-shim", "$pulumi_path"$go_path],
-     "user": 1000, "home": "/home/pulumi", "env": {"PULUMI_SKIP_UPDATE_CHECK": "true", "AWS_EC2_METADATA_DISABLED": "true"}}
+     "user": 1000, "home": "/home/pulumi", "env": {"PULUMI_SKIP_UPDATE_CHECK": "true", "AWS_EC2_METADATA_DISABLED": "true"$go_env}}
   ]
 }
 JSON

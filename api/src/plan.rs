@@ -223,6 +223,11 @@ pub struct RunPlan {
     /// or the `dependency-cache` volume of the workspace template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dependency_cache: Option<String>,
+    /// The first wait (milliseconds) before an update conflict is retried
+    /// (`retryOnUpdateConflict`), doubled each time up to a minute. The operator leaves it
+    /// unset (5 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conflict_retry_delay_ms: Option<u64>,
 }
 
 /// The identity Pulumi records in the locks an operation takes (`user@host (pid N)`): the
@@ -481,6 +486,7 @@ mod tests {
             secret_env: vec!["PULUMI_ACCESS_TOKEN".into()],
             secret_env_dirs: vec![secret_env_dir(0)],
             dependency_cache: None,
+            conflict_retry_delay_ms: None,
         };
         let text = serde_json::to_string(&plan).unwrap();
         assert!(text.contains(r#""kind":"git""#), "{text}");
@@ -514,6 +520,7 @@ mod tests {
                 secret_env: Vec::new(),
                 secret_env_dirs: Vec::new(),
                 dependency_cache: None,
+                conflict_retry_delay_ms: None,
             },
             workspace: RetainedWorkspace {
                 name: "app".into(),

@@ -155,6 +155,25 @@ pub fn join_errors(errors: &[SpecError]) -> String {
         .join("; ")
 }
 
+/// Environment variable names the operator sets itself in a stack's pods, and the prefix it
+/// keeps for its runner: a tenant's `envRefs` or Workspace `env` entry with one of these names
+/// would change how the operation runs, so it is refused.
+pub const RESERVED_ENV_NAMES: &[&str] = &[names::PULUMI_ENV_VAR, "POD_NAMESPACE", "POD_SA_NAME"];
+/// See [`RESERVED_ENV_NAMES`].
+pub const RESERVED_ENV_PREFIX: &str = "PULUMI_RUNNER_";
+
+/// Why `name` cannot be set by a tenant (see [`RESERVED_ENV_NAMES`]), if it cannot.
+pub fn reserved_env_problem(name: &str) -> Option<String> {
+    let reserved = name.starts_with(RESERVED_ENV_PREFIX) || RESERVED_ENV_NAMES.contains(&name);
+    reserved.then(|| {
+        format!(
+            "{name:?} is reserved for the operator (it sets {} and every {RESERVED_ENV_PREFIX}* \
+             name itself); use another name",
+            RESERVED_ENV_NAMES.join(", ")
+        )
+    })
+}
+
 /// Validates a whole Stack (name and spec). An empty result means the Stack is valid.
 pub fn validate_stack(stack: &Stack) -> Vec<SpecError> {
     let mut errors = Vec::new();
@@ -344,6 +363,8 @@ impl Validator<'_> {
                         format!("spec.envRefs.{key}"),
                         "is not a valid environment variable name",
                     );
+                } else if let Some(why) = reserved_env_problem(key) {
+                    self.error(format!("spec.envRefs.{key}"), why);
                 }
                 self.value_ref(&format!("spec.envRefs.{key}"), r);
             }
@@ -862,6 +883,37 @@ mod tests {
                 "spec.envRefs.A.secret.namespace: cross-namespace refs are not allowed",
                 "spec.envRefs.C.type: ref type \"Env\" is deprecated",
                 "spec.envRefs.D.literal: missing for a reference of type Literal",
+            ]
+        );
+    }
+
+    #[test]
+    fn names_the_operator_sets_are_refused_in_env_refs() {
+        let mut spec = git_spec();
+        spec.env_refs = Some(
+            [
+                (
+                    "PULUMI_RUNNER_PLAN".to_string(),
+                    ResourceRef::literal("/tmp/x"),
+                ),
+                ("PULUMI_ENV".to_string(), ResourceRef::literal("/tmp/y")),
+                (
+                    "PULUMI_BACKEND_URL".to_string(),
+                    ResourceRef::literal("file:///s"),
+                ),
+                ("PULUMI_RUNNERS".to_string(), ResourceRef::literal("2")),
+            ]
+            .into(),
+        );
+        assert_eq!(
+            errors(&spec),
+            [
+                "spec.envRefs.PULUMI_ENV: \"PULUMI_ENV\" is reserved for the operator (it sets \
+                 PULUMI_ENV, POD_NAMESPACE, POD_SA_NAME and every PULUMI_RUNNER_* name itself); \
+                 use another name",
+                "spec.envRefs.PULUMI_RUNNER_PLAN: \"PULUMI_RUNNER_PLAN\" is reserved for the \
+                 operator (it sets PULUMI_ENV, POD_NAMESPACE, POD_SA_NAME and every \
+                 PULUMI_RUNNER_* name itself); use another name",
             ]
         );
     }

@@ -18,7 +18,7 @@ mod workspace;
 )]
 struct Cli {
     /// Where the result (termination message) is written.
-    #[arg(long, env = "PULUMI_RUNNER_RESULT_FILE", default_value = DEFAULT_RESULT_FILE, global = true)]
+    #[arg(long, default_value = DEFAULT_RESULT_FILE, global = true)]
     result_file: PathBuf,
     #[command(subcommand)]
     command: Command,
@@ -27,10 +27,10 @@ struct Cli {
 #[derive(clap::Args, Debug)]
 struct Common {
     /// The plan (JSON RunPlan).
-    #[arg(long, env = "PULUMI_RUNNER_PLAN", default_value = PLAN_FILE)]
+    #[arg(long, default_value = PLAN_FILE)]
     plan: PathBuf,
     /// The share volume.
-    #[arg(long, env = "PULUMI_RUNNER_SHARE", default_value = DEFAULT_SHARE)]
+    #[arg(long, default_value = DEFAULT_SHARE)]
     share: PathBuf,
 }
 
@@ -134,7 +134,7 @@ fn run_async(
                 signals::Signals::none()
             }
         };
-        run::run(p, layout, &run::RunOptions::from_env(), signals).await
+        run::run(p, layout, &run::RunOptions::default(), signals).await
     })
 }
 
@@ -163,6 +163,6 @@ fn workspace_async(
                 signals::Signals::none()
             }
         };
-        workspace::serve(p, layout, &run::RunOptions::from_env(), signals).await
+        workspace::serve(p, layout, &run::RunOptions::default(), signals).await
     })
 }

@@ -325,6 +325,7 @@ mod tests {
             secret_env: Vec::new(),
             secret_env_dirs: Vec::new(),
             dependency_cache: None,
+            conflict_retry_delay_ms: None,
         }
     }
 

@@ -273,6 +273,7 @@ mod tests {
             secret_env: secret_env.iter().map(|s| s.to_string()).collect(),
             secret_env_dirs: dirs,
             dependency_cache: None,
+            conflict_retry_delay_ms: None,
         }
     }
 

@@ -18,40 +18,24 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Skips writing the outputs Secret (tests without Kubernetes).
-pub const SKIP_OUTPUTS_SECRET_ENV: &str = "PULUMI_RUNNER_SKIP_OUTPUTS_SECRET";
-/// Overrides the first delay (milliseconds) of the update-conflict retries.
-pub const CONFLICT_DELAY_ENV: &str = "PULUMI_RUNNER_CONFLICT_RETRY_DELAY_MS";
+/// The first wait before an update conflict is retried, when the plan does not say.
+pub const DEFAULT_CONFLICT_RETRY_DELAY: Duration = Duration::from_secs(5);
 
-/// Knobs of a run that do not come from the plan.
+/// What a run keeps beside the plan.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     /// The CLI (`pulumi`, found on PATH).
     pub pulumi: PathBuf,
-    pub skip_outputs_secret: bool,
-    /// First delay before retrying an update conflict (doubled each time, capped at a minute).
-    pub conflict_retry_delay: Duration,
     /// How many times an update conflict is retried (with `retryOnUpdateConflict`).
     pub conflict_retries: u32,
     /// Stale locks cleared during the run (reported in the result).
     pub cleared_locks: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
-impl RunOptions {
-    pub fn from_env() -> RunOptions {
-        let truthy = |name: &str| {
-            std::env::var(name)
-                .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
-                .unwrap_or(false)
-        };
+impl Default for RunOptions {
+    fn default() -> RunOptions {
         RunOptions {
             pulumi: PathBuf::from("pulumi"),
-            skip_outputs_secret: truthy(SKIP_OUTPUTS_SECRET_ENV),
-            conflict_retry_delay: std::env::var(CONFLICT_DELAY_ENV)
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .map(Duration::from_millis)
-                .unwrap_or(Duration::from_secs(5)),
             conflict_retries: 5,
             cleared_locks: Default::default(),
         }
@@ -483,9 +467,9 @@ async fn run_inner(
             );
             result.outputs = Some(plan.outputs_secret.clone());
             result.outputs_digest = Some(pulumi_operator_api::sealed::digest(&sealed));
-        } else if opts.skip_outputs_secret {
+        } else if plan.outputs_secret.is_empty() {
             log(format!(
-                "{} outputs; not writing the outputs Secret ({SKIP_OUTPUTS_SECRET_ENV} is set)",
+                "{} outputs; the plan names no outputs Secret to write them to",
                 outputs.values.len()
             ));
         } else {
@@ -674,7 +658,10 @@ async fn run_retrying_conflicts(
     retry: bool,
     plan: &RunPlan,
 ) -> Result<Outcome, Failure> {
-    let mut delay = opts.conflict_retry_delay;
+    let mut delay = plan
+        .conflict_retry_delay_ms
+        .map(Duration::from_millis)
+        .unwrap_or(DEFAULT_CONFLICT_RETRY_DELAY);
     let mut attempt = 0;
     let mut cleared = false;
     loop {

@@ -54,8 +54,8 @@ fn bootstrap_copies_itself_executable() {
     let w = World::new();
     let dest = w.path("share/pulumi-runner");
     let out = Command::new(runner_bin())
-        .args(["bootstrap", dest.to_str().unwrap()])
-        .env("PULUMI_RUNNER_RESULT_FILE", w.path("result.json"))
+        .args(["bootstrap", dest.to_str().unwrap(), "--result-file"])
+        .arg(w.path("result.json"))
         .output()
         .unwrap();
     let ran = w.ran(out);

@@ -28,6 +28,7 @@ fn plan(ns: &str, uid: &str) -> RunPlan {
         secret_env: Vec::new(),
         secret_env_dirs: Vec::new(),
         dependency_cache: None,
+        conflict_retry_delay_ms: None,
     }
 }
 

@@ -1,6 +1,6 @@
 //! `pulumi-runner run` end to end against the real Pulumi CLI (file backend, passphrase, the
-//! test provider plugins), without Kubernetes (the outputs Secret is skipped with
-//! PULUMI_RUNNER_SKIP_OUTPUTS_SECRET). The simulated Pulumi Cloud case uses the CLI stand-in.
+//! test provider plugins), without Kubernetes (the plan names no outputs Secret, so none is
+//! written). The simulated Pulumi Cloud case uses the CLI stand-in.
 
 mod common;
 
@@ -438,12 +438,12 @@ fn concurrent_creations_of_one_stack_all_succeed() {
         .collect();
     let mut p = plan(Operation::Preview, None);
     p.options.retry_on_update_conflict = true;
+    p.conflict_retry_delay_ms = Some(200);
     let children: Vec<_> = worlds
         .iter()
         .map(|w| {
             w.command("run", &p)
                 .env("PULUMI_BACKEND_URL", shared.backend_url())
-                .env("PULUMI_RUNNER_CONFLICT_RETRY_DELAY_MS", "200")
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
@@ -545,9 +545,9 @@ fn update_conflicts_fail_or_are_retried() {
     // retryOnUpdateConflict: the lock goes away once the runner met it and waits to retry.
     let mut p = plan(Operation::Up, None);
     p.options.retry_on_update_conflict = true;
+    p.conflict_retry_delay_ms = Some(1500);
     let mut cmd = w.command("run", &p);
-    cmd.env("PULUMI_RUNNER_CONFLICT_RETRY_DELAY_MS", "1500")
-        .stdout(std::process::Stdio::piped())
+    cmd.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let mut child = cmd.spawn().expect("start the runner");
     let stderr = child.stderr.take().expect("stderr");

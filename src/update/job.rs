@@ -116,6 +116,14 @@ pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, String> {
         .filter(|s| !s.is_empty())
         .ok_or("spec.stackName is required")?;
     let spec = &ws.spec;
+    if let Some(why) = spec
+        .env
+        .iter()
+        .flatten()
+        .find_map(|e| pulumi_operator_api::validation::reserved_env_problem(&e.name))
+    {
+        return Err(format!("the Workspace's spec.env: {why}"));
+    }
     let source = if let Some(git) = &spec.git {
         let url = git
             .url
@@ -216,6 +224,7 @@ pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, String> {
             ws,
             crate::workspace::cache::mounts_retained_cache(ws),
         ),
+        conflict_retry_delay_ms: None,
     })
 }
 
@@ -593,6 +602,20 @@ mod tests {
         assert!(pod["volumes"].as_array().unwrap().iter().any(|v| {
             v["name"] == "dependency-cache" && v["persistentVolumeClaim"]["claimName"] == "deps"
         }));
+    }
+
+    #[test]
+    fn a_workspace_env_name_the_operator_sets_fails_the_plan() {
+        let (u, mut ws) = fixture();
+        ws.spec.env = Some(vec![serde_json::from_value(
+            json!({"name": "PULUMI_RUNNER_SHARE", "value": "/elsewhere"}),
+        )
+        .unwrap()]);
+        let why = build_plan(&u, &ws).unwrap_err();
+        assert!(
+            why.starts_with("the Workspace's spec.env: \"PULUMI_RUNNER_SHARE\" is reserved"),
+            "{why}"
+        );
     }
 
     #[test]

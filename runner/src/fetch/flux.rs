@@ -9,19 +9,10 @@ use std::io::{Read, Write};
 use std::path::{Component, Path};
 use std::time::Duration;
 
-/// Default cap on the artifact's compressed and unpacked sizes.
+/// The cap on the artifact's compressed and unpacked sizes.
 pub const DEFAULT_MAX_BYTES: u64 = 100 * 1024 * 1024;
-/// Overrides [`DEFAULT_MAX_BYTES`] (bytes).
-pub const MAX_BYTES_ENV: &str = "PULUMI_RUNNER_MAX_ARTIFACT_BYTES";
 
 const ATTEMPTS: u32 = 4;
-
-pub fn max_bytes_from_env() -> u64 {
-    std::env::var(MAX_BYTES_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(DEFAULT_MAX_BYTES)
-}
 
 /// The hex SHA-256 of a `sha256:<hex>` digest.
 pub fn parse_digest(digest: &str) -> Result<String, String> {

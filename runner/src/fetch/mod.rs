@@ -64,7 +64,7 @@ pub fn fetch(plan: &RunPlan, layout: &Layout) -> Result<RunResult, Failure> {
                 digest,
                 &source_dir,
                 &layout.scratch_dir(),
-                flux::max_bytes_from_env(),
+                flux::DEFAULT_MAX_BYTES,
             )?;
             link_project(&source_dir, &sub, &workspace)?;
             format!("fetched the artifact {digest}")

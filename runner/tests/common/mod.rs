@@ -110,16 +110,18 @@ impl World {
         .expect("write plan");
         let mut cmd = Command::new(runner_bin());
         cmd.arg(subcommand)
+            .arg("--plan")
+            .arg(&plan_file)
+            .arg("--share")
+            .arg(self.share())
+            .arg("--result-file")
+            .arg(self.path("result.json"))
             .env_clear()
             .env("PATH", self.path_env())
             .env("HOME", self.path("home"))
             .env("PULUMI_HOME", self.path("home/.pulumi"))
             .env("PULUMI_BACKEND_URL", self.backend_url())
             .env("PULUMI_CONFIG_PASSPHRASE", PASSPHRASE)
-            .env("PULUMI_RUNNER_PLAN", &plan_file)
-            .env("PULUMI_RUNNER_SHARE", self.share())
-            .env("PULUMI_RUNNER_RESULT_FILE", self.path("result.json"))
-            .env("PULUMI_RUNNER_SKIP_OUTPUTS_SECRET", "1")
             .stdin(Stdio::null());
         cmd
     }
@@ -241,7 +243,8 @@ pub fn plan(operation: Operation, source: Option<Source>) -> RunPlan {
             ..Default::default()
         },
         options: Default::default(),
-        outputs_secret: "st-up-1-stack-outputs".into(),
+        // No Kubernetes here: the runner writes no outputs Secret.
+        outputs_secret: String::new(),
         outputs_labels: Default::default(),
         outputs_key: None,
         apply_plan: None,
@@ -250,6 +253,7 @@ pub fn plan(operation: Operation, source: Option<Source>) -> RunPlan {
         secret_env: Vec::new(),
         secret_env_dirs: Vec::new(),
         dependency_cache: None,
+        conflict_retry_delay_ms: None,
     }
 }
 
