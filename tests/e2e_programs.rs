@@ -1,5 +1,6 @@
 //! Programs as users write them, end to end from git: a TypeScript program (npm dependencies,
-//! compiled by the CLI) and a Python program (pip dependencies in a virtualenv) deploy a
+//! compiled by the CLI), a Python program (pip dependencies in a virtualenv) and a Go program
+//! (modules from the Go proxy, compiled by the Go host) deploy a
 //! Deployment and a Service with the real Pulumi Kubernetes provider, into a namespace held to
 //! the `restricted` Pod Security Standard, with the Stack's ServiceAccount bound only to what
 //! PKO's documentation binds (`system:auth-delegator`, and `cluster-admin` through a
@@ -23,7 +24,8 @@ use test_support::{
 };
 
 /// A first operation installs its dependencies from the registries (npm: about a minute;
-/// pip: about two) before the provider waits for the Deployment.
+/// pip: about two; Go: downloads and compiles the SDKs, about six on two cores) before the
+/// provider waits for the Deployment.
 const FIRST: Duration = Duration::from_secs(900);
 const LATER: Duration = Duration::from_secs(420);
 const TOKEN: &str = "tok-5b1e0c9a-never-in-logs";
@@ -126,9 +128,12 @@ async fn assert_deployed(f: &StackFixture, deployment: &str, message: &str) {
     );
 }
 
+/// What the runner says when a later operation links the installed dependencies back.
+const RESTORED: &str = "dependencies restored from the cache";
+
 /// Deploys the program, checks what it deployed and reported, rolls it with a new commit, and
 /// destroys it by deleting the Stack.
-async fn deploy_roll_destroy(prefix: &str, program: &str, install_log: &str) {
+async fn deploy_roll_destroy(prefix: &str, program: &str, install_log: &str, cached_log: &str) {
     let f = StackFixture::new(prefix).await;
     prepare_namespace(&f);
     let mut files = program_files(program);
@@ -187,8 +192,8 @@ async fn deploy_roll_destroy(prefix: &str, program: &str, install_log: &str) {
     let logs2 = job_logs(&f, &s2);
     assert!(stack_ready(&s2), "{:?}\n{logs2}", last_update(&s2).message);
     assert!(
-        logs2.contains("dependencies restored from the cache"),
-        "the second operation installed again:\n{logs2}"
+        logs2.contains(cached_log),
+        "the second operation did not use the cache ({cached_log:?} not in the log):\n{logs2}"
     );
     assert_eq!(outputs(&s2)["greeting"], "hello again");
     assert_deployed(&f, &deployment, "hello again").await;
@@ -207,17 +212,25 @@ async fn deploy_roll_destroy(prefix: &str, program: &str, install_log: &str) {
 
 #[tokio::test]
 async fn a_typescript_program_from_git_deploys_rolls_and_is_destroyed() {
-    deploy_roll_destroy("ts", "typescript", "npm").await;
+    deploy_roll_destroy("ts", "typescript", "npm", RESTORED).await;
 }
 
 #[tokio::test]
 async fn a_python_program_from_git_deploys_rolls_and_is_destroyed() {
-    deploy_roll_destroy("py", "python", "pip").await;
+    deploy_roll_destroy("py", "python", "pip", RESTORED).await;
 }
 
 #[tokio::test]
 async fn a_go_program_from_git_deploys_rolls_and_is_destroyed() {
-    deploy_roll_destroy("go", "go", "go: downloading").await;
+    // Go keeps no installed tree: the module and build caches live in the dependency cache,
+    // so the second operation neither downloads nor compiles the SDKs again.
+    deploy_roll_destroy(
+        "go",
+        "go",
+        "go: downloading",
+        "go programs keep their dependencies in the download caches",
+    )
+    .await;
 }
 
 /// A dependency that does not exist: the Update fails in the install step, and its message
