@@ -11,7 +11,7 @@ pub enum Error {
     Json(#[from] serde_json::Error),
 
     #[error("rendering YAML: {0}")]
-    Yaml(#[from] serde_yaml::Error),
+    Yaml(#[from] serde_norway::Error),
 
     #[error("object has no {0}")]
     MissingField(&'static str),

@@ -2,7 +2,7 @@
 //! RBAC rules (the chart reads them from `files/`, which must equal the kustomize roles), the
 //! same CRDs, and a Deployment with the same essentials. No cluster needed.
 
-use serde_yaml::Value;
+use serde_norway::Value;
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
@@ -19,7 +19,7 @@ fn read(path: &Path) -> String {
 
 fn documents(text: &str) -> Vec<Value> {
     text.split("\n---\n")
-        .filter_map(|doc| serde_yaml::from_str::<Value>(doc).ok())
+        .filter_map(|doc| serde_norway::from_str::<Value>(doc).ok())
         .filter(|v| !v.is_null())
         .collect()
 }
@@ -48,7 +48,7 @@ fn the_chart_grants_what_kustomize_grants() {
         ("pulumi-operator-view", "view-rules.yaml"),
     ] {
         let in_chart: Value =
-            serde_yaml::from_str(&read(&chart().join("files").join(file))).expect("rules parse");
+            serde_norway::from_str(&read(&chart().join("files").join(file))).expect("rules parse");
         assert_eq!(
             in_chart,
             kustomize_rules(role),
@@ -100,7 +100,7 @@ fn the_chart_deployment_has_the_kustomize_essentials() {
     let deployment = &documents(&read(&root().join("kustomize/base/deployment.yaml")))[0];
     let pod = &deployment["spec"]["template"]["spec"];
     let values: Value =
-        serde_yaml::from_str(&read(&chart().join("values.yaml"))).expect("values parse");
+        serde_norway::from_str(&read(&chart().join("values.yaml"))).expect("values parse");
     let template = read(&chart().join("templates/deployment.yaml"));
 
     assert_eq!(values["podSecurityContext"], pod["securityContext"]);

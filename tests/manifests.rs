@@ -91,7 +91,7 @@ fn manifests_in(path: &Path) -> Vec<Manifest> {
     let mut out = Vec::new();
     for (index, (first_line, lines)) in chunks.into_iter().enumerate() {
         let body = lines.join("\n");
-        let yaml: serde_yaml::Value = serde_yaml::from_str(&body)
+        let yaml: serde_norway::Value = serde_norway::from_str(&body)
             .unwrap_or_else(|e| panic!("{rel}:{first_line}: not valid YAML: {e}"));
         if yaml.is_null() {
             continue; // only comments

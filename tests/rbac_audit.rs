@@ -129,7 +129,7 @@ fn granted() -> BTreeSet<Right> {
     let path = test_support::repo_root().join("kustomize/base/rbac.yaml");
     let text = std::fs::read_to_string(&path).expect("rbac.yaml");
     let mut out = BTreeSet::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
+    for doc in serde_norway::Deserializer::from_str(&text) {
         let doc: Value = serde::Deserialize::deserialize(doc).expect("yaml");
         let name = doc["metadata"]["name"].as_str().unwrap_or_default();
         let ours = matches!(

@@ -78,7 +78,8 @@ fn finalize(mut crd: CustomResourceDefinition) -> Result<CustomResourceDefinitio
 
 /// Renders one CRD as YAML, with a header saying how it was generated.
 pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, CrdError> {
-    let body = serde_yaml::to_string(crd).map_err(|e| CrdError(format!("rendering YAML: {e}")))?;
+    let body =
+        serde_norway::to_string(crd).map_err(|e| CrdError(format!("rendering YAML: {e}")))?;
     Ok(format!(
         "# Generated from the Rust types in api/ by `{REGENERATE_COMMAND}`. Do not edit.\n{body}"
     ))

@@ -13,9 +13,9 @@ use serde_json::Value;
 const SEEDS: &str = include_str!("fixtures/seeds.yaml");
 
 fn documents() -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(SEEDS)
+    serde_norway::Deserializer::from_str(SEEDS)
         .map(|doc| {
-            let yaml = serde_yaml::Value::deserialize(doc).expect("valid YAML");
+            let yaml = serde_norway::Value::deserialize(doc).expect("valid YAML");
             serde_json::to_value(yaml).expect("JSON-compatible")
         })
         .collect()
@@ -321,7 +321,7 @@ status:
   outputs:
     password: '[secret]'
 "#;
-    let stack: Stack = serde_yaml::from_str(yaml).expect("Stack with status");
+    let stack: Stack = serde_norway::from_str(yaml).expect("Stack with status");
     let status = stack.status.expect("status");
     let last = status.last_update.expect("lastUpdate");
     assert_eq!(last.update_type, Some(UpdateType::Up));

@@ -10,15 +10,16 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use ring::rand::SystemRandom;
 use ring::signature::{RsaKeyPair, RSA_PKCS1_SHA256};
+use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::PrivateKeyDer;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The RSA key of a GitHub App, from PEM (`BEGIN RSA PRIVATE KEY` or `BEGIN PRIVATE KEY`).
 pub fn parse_key(pem: &str) -> Result<RsaKeyPair, String> {
-    let mut reader = pem.trim().as_bytes();
-    let der = rustls_pemfile::private_key(&mut reader)
-        .map_err(|e| format!("the GitHub App private key is not valid PEM: {e}"))?
-        .ok_or("the GitHub App private key holds no PEM private key")?;
+    let der = PrivateKeyDer::from_pem_slice(pem.trim().as_bytes()).map_err(|e| match e {
+        pem::Error::NoItemsFound => "the GitHub App private key holds no PEM private key".into(),
+        e => format!("the GitHub App private key is not valid PEM: {e}"),
+    })?;
     let parsed = match &der {
         PrivateKeyDer::Pkcs1(k) => RsaKeyPair::from_der(k.secret_pkcs1_der()),
         PrivateKeyDer::Pkcs8(k) => RsaKeyPair::from_pkcs8(k.secret_pkcs8_der()),

@@ -4,6 +4,7 @@
 use aho_corasick::{AhoCorasick, MatchKind};
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 use base64::Engine;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
@@ -93,20 +94,10 @@ pub fn url_credentials(text: &str) -> Vec<String> {
 }
 
 fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8()
+        .ok()
+        .map(|d| d.into_owned())
 }
 
 /// Masks known secret values — and the spellings of them a program may print — with
@@ -372,27 +363,54 @@ enum PercentStyle {
     UserInfo,
 }
 
+/// Everything but RFC 3986's unreserved characters.
+const NOT_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+/// As [`NOT_UNRESERVED`], with the sub-delimiters Go keeps in a URL's user info.
+const NOT_USER_INFO: &AsciiSet = &NOT_UNRESERVED
+    .remove(b'!')
+    .remove(b'$')
+    .remove(b'&')
+    .remove(b'\'')
+    .remove(b'(')
+    .remove(b')')
+    .remove(b'*')
+    .remove(b'+')
+    .remove(b',')
+    .remove(b';')
+    .remove(b'=');
+
 fn percent_encoded(value: &str, style: PercentStyle) -> String {
-    let mut out = String::with_capacity(value.len() * 3);
-    for &b in value.as_bytes() {
-        let keep = b.is_ascii_alphanumeric()
-            || matches!(b, b'-' | b'.' | b'_' | b'~')
-            || (style == PercentStyle::UserInfo
-                && matches!(
-                    b,
-                    b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'='
-                ));
-        if keep {
-            out.push(b as char);
-        } else if b == b' ' && style == PercentStyle::Form {
-            out.push('+');
-        } else if style == PercentStyle::StrictLower {
-            out.push_str(&format!("%{b:02x}"));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
+    let set = match style {
+        PercentStyle::UserInfo => NOT_USER_INFO,
+        _ => NOT_UNRESERVED,
+    };
+    let encoded = utf8_percent_encode(value, set).to_string();
+    match style {
+        PercentStyle::Form => encoded.replace("%20", "+"),
+        // Only the escapes' hex digits are upper-case letters to lower (the kept characters
+        // keep their case).
+        PercentStyle::StrictLower => {
+            let mut out = String::with_capacity(encoded.len());
+            let mut hex_left = 0;
+            for c in encoded.chars() {
+                if c == '%' {
+                    hex_left = 2;
+                    out.push(c);
+                } else if hex_left > 0 {
+                    hex_left -= 1;
+                    out.push(c.to_ascii_lowercase());
+                } else {
+                    out.push(c);
+                }
+            }
+            out
         }
+        PercentStyle::Strict | PercentStyle::UserInfo => encoded,
     }
-    out
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ pub struct Runtime {
 
 /// Reads the runtime of a project file (YAML or JSON).
 pub fn runtime_of(project_text: &str) -> Option<Runtime> {
-    let doc: serde_yaml::Value = serde_yaml::from_str(project_text).ok()?;
+    let doc: serde_norway::Value = serde_norway::from_str(project_text).ok()?;
     let runtime = doc.get("runtime")?;
     if let Some(name) = runtime.as_str() {
         return Some(Runtime {

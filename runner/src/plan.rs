@@ -75,17 +75,17 @@ pub fn read_project(dir: &Path) -> Result<Option<ProjectInfo>, String> {
 
 /// Parses `name` and `runtime` (a string or `{name, options}`) of a project file (YAML or JSON).
 pub fn parse_project(text: &str) -> Result<ProjectInfo, String> {
-    let doc: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+    let doc: serde_norway::Value = serde_norway::from_str(text).map_err(|e| e.to_string())?;
     let name = doc
         .get("name")
-        .and_then(serde_yaml::Value::as_str)
+        .and_then(serde_norway::Value::as_str)
         .ok_or("project is missing a 'name' attribute")?
         .to_string();
     let runtime = match doc.get("runtime") {
-        Some(serde_yaml::Value::String(s)) => s.clone(),
+        Some(serde_norway::Value::String(s)) => s.clone(),
         Some(v) => v
             .get("name")
-            .and_then(serde_yaml::Value::as_str)
+            .and_then(serde_norway::Value::as_str)
             .unwrap_or_default()
             .to_string(),
         None => String::new(),
@@ -98,14 +98,14 @@ pub fn parse_project(text: &str) -> Result<ProjectInfo, String> {
 /// every other runtime installs its language's dependencies (npm, pip, go mod…). An
 /// unreadable file says yes: `install` then reports what is wrong with it.
 pub fn needs_install(text: &str) -> bool {
-    let Ok(doc) = serde_yaml::from_str::<serde_yaml::Value>(text) else {
+    let Ok(doc) = serde_norway::from_str::<serde_norway::Value>(text) else {
         return true;
     };
     let runtime = match doc.get("runtime") {
-        Some(serde_yaml::Value::String(s)) => s.as_str(),
+        Some(serde_norway::Value::String(s)) => s.as_str(),
         Some(v) => v
             .get("name")
-            .and_then(serde_yaml::Value::as_str)
+            .and_then(serde_norway::Value::as_str)
             .unwrap_or_default(),
         None => "",
     };

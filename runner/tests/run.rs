@@ -146,21 +146,22 @@ fn up_with_plain_structured_and_secret_config_then_up_again() {
 
     // The config landed as the CLI stores it.
     let stack_yaml = std::fs::read_to_string(w.workspace().join("Pulumi.dev.yaml")).unwrap();
-    let doc: serde_yaml::Value = serde_yaml::from_str(&stack_yaml).unwrap();
+    let doc: serde_norway::Value = serde_norway::from_str(&stack_yaml).unwrap();
     let config = &doc["config"];
-    assert_eq!(config["proj:greeting"], serde_yaml::Value::from("hello"));
+    assert_eq!(config["proj:greeting"], serde_norway::Value::from("hello"));
     // The real CLI writes the number back as a string when a later `config set` rewrites
     // the file; either way the program reads 3 (see the outputs below).
     assert!(
-        [serde_yaml::Value::from(3), serde_yaml::Value::from("3")].contains(&config["proj:count"]),
+        [serde_norway::Value::from(3), serde_norway::Value::from("3")]
+            .contains(&config["proj:count"]),
         "{stack_yaml}"
     );
     assert_eq!(
         config["proj:settings"]["region"],
-        serde_yaml::Value::from("eu-west-1")
+        serde_norway::Value::from("eu-west-1")
     );
-    assert_eq!(config["proj:data"]["nums"][0], serde_yaml::Value::from(1));
-    assert_eq!(config["aws:region"], serde_yaml::Value::from("us-east-2"));
+    assert_eq!(config["proj:data"]["nums"][0], serde_norway::Value::from(1));
+    assert_eq!(config["aws:region"], serde_norway::Value::from("us-east-2"));
     let creds = &config["proj:creds"];
     for (k, v) in [
         ("proj:dbPassword", &config["proj:dbPassword"]),

@@ -30,7 +30,7 @@ pub fn render_project(name: &str, program: Option<&ProgramDefinition>) -> Result
         runtime: "yaml",
         program: program.unwrap_or(&empty),
     };
-    Ok(serde_yaml::to_string(&file)?)
+    Ok(serde_norway::to_string(&file)?)
 }
 
 pub fn digest(content: &str) -> String {
@@ -110,7 +110,7 @@ mod tests {
     use super::*;
 
     fn program(yaml: &str) -> ProgramDefinition {
-        serde_yaml::from_str(yaml).unwrap()
+        serde_norway::from_str(yaml).unwrap()
     }
 
     #[test]
@@ -128,7 +128,7 @@ configuration:
 "#,
         );
         let text = render_project("my-program", Some(&p)).unwrap();
-        let back: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let back: serde_norway::Value = serde_norway::from_str(&text).unwrap();
         assert_eq!(back["name"], "my-program");
         assert_eq!(back["runtime"], "yaml");
         assert_eq!(back["resources"]["pet"]["type"], "random:RandomPet");

@@ -95,10 +95,10 @@ pub fn fetch(plan: &RunPlan, layout: &Layout) -> Result<RunResult, Failure> {
 
 /// A minimal `Pulumi.yaml` (name and runtime, quoted as YAML needs).
 pub fn minimal_project(name: &str, runtime: &str) -> String {
-    let mut doc = serde_yaml::Mapping::new();
+    let mut doc = serde_norway::Mapping::new();
     doc.insert("name".into(), name.into());
     doc.insert("runtime".into(), runtime.into());
-    serde_yaml::to_string(&doc).unwrap_or_else(|_| format!("name: {name}\nruntime: {runtime}\n"))
+    serde_norway::to_string(&doc).unwrap_or_else(|_| format!("name: {name}\nruntime: {runtime}\n"))
 }
 
 /// The project directory inside the checkout: relative, without `..` (a leading `/` is
