@@ -15,7 +15,7 @@
 #   IMAGES_OUT=DIR IMAGE_VERSION=v1.2.3 IMAGE_REPOSITORY=ghcr.io/me images/build.sh
 #
 # Load them into a local cluster with `kind load image-archive target/images/operator.tar` or
-# `k3d image import target/images/operator.tar` (see the README); images/check.sh checks them.
+# `k3d image import target/images/operator.tar` (see docs/operations.md); images/check.sh checks them.
 set -euo pipefail
 # shellcheck source=images/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

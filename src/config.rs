@@ -95,7 +95,9 @@ pub struct Config {
     #[arg(long, env = "GIT_REMOTE_TIMEOUT_SECONDS", default_value_t = 60)]
     pub git_remote_timeout_seconds: u64,
 
-    /// The shortest allowed `resyncFrequencySeconds` (PKO's floor is 60). Lower it for tests only.
+    /// The shortest `resyncFrequencySeconds` this installation honours (PKO's floor, 60, by
+    /// default): an administrator raises it to bound how often Stacks poll and re-run; a
+    /// development cluster may lower it.
     #[arg(long, env = "MIN_RESYNC_SECONDS", default_value_t = 60)]
     pub min_resync_seconds: u64,
 

@@ -342,16 +342,15 @@ async fn updates_go_only_after_they_were_absorbed() {
 /// The command lines of every process whose program is named `pulumi*`, for a failure
 /// message.
 fn pulumi_processes() -> Vec<String> {
-    std::fs::read_dir("/proc")
+    test_support::processes()
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let line = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            let program = line.split(' ').next()?.rsplit('/').next()?.to_string();
-            program.starts_with("pulumi").then_some(line)
+        .filter(|p| {
+            p.argv
+                .first()
+                .and_then(|a| a.rsplit('/').next())
+                .is_some_and(|name| name.starts_with("pulumi"))
         })
+        .map(|p| p.argv.join(" "))
         .collect()
 }
 

@@ -591,7 +591,7 @@ fn ls_remote_counts() -> Vec<(String, u64)> {
 #[tokio::test]
 async fn many_stacks_tracking_one_branch_share_one_ls_remote_per_interval() {
     // 50 by default: every Stack first deploys with the real Pulumi CLI (a few CPU seconds
-    // each on these 2 cores); E2E_POLL_STACKS=200 measures the figure the README quotes.
+    // each on these 2 cores); E2E_POLL_STACKS=200 measures the figure docs/api.md quotes.
     let n: usize = std::env::var("E2E_POLL_STACKS")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -286,7 +286,7 @@ pub enum Outcome {
     Failed,
 }
 
-/// Why a run failed, classified from Pulumi's output and exit code (pulumi-cli-contract.md §4).
+/// Why a run failed, classified from Pulumi's output and exit code (runner/src/classify.rs).
 /// Serialized as PascalCase strings; they become the Update's `Failed` condition reason.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FailureReason {

@@ -1,4 +1,4 @@
-//! Failure classification from Pulumi's exit code and output (pulumi-cli-contract.md §4).
+//! Failure classification from Pulumi's exit code and output (what the real CLI prints).
 //!
 //! Output is observed line by line while it streams ([`Observed::line`]), so classification
 //! works whatever the size of the output; [`classify`] is a pure function of what was seen.

@@ -1,10 +1,10 @@
-//! The runner: runs inside every update Job (DESIGN.md, "Flow of one operation", steps 5–6).
+//! The runner: runs inside every update Job (docs/architecture.md, the flow of one operation).
 //!
 //! - `bootstrap [DEST]` (init container, runner image): copies this static binary into `/share`.
 //! - `fetch` (init container, runner image): materialises the program in `/share/workspace`.
 //! - `run` (the `pulumi` container, the user's image): drives the `pulumi` CLI through the
-//!   operation as pulumi-cli-contract.md describes, streams its output, writes the outputs
-//!   Secret, and reports.
+//!   operation (`pulumi install`, `stack select`, config, then `up`, `preview`, `refresh` or
+//!   `destroy`), streams its output, hands the outputs over sealed, and reports.
 //!
 //! Every subcommand reports a [`pulumi_operator_api::plan::RunResult`] in the termination
 //! message and exits 0 on success, 1 on failure.

@@ -1,4 +1,4 @@
-//! The argv of every `pulumi` invocation, as pure functions (pulumi-cli-contract.md §2).
+//! The argv of every `pulumi` invocation, as pure functions (the real CLI v3.259 is the authority).
 //!
 //! Every command but `version` starts with `--non-interactive`, as the Go Automation API
 //! prepends it. Stack-scoped commands (the operations, `stack history`) get

@@ -1323,11 +1323,29 @@ pub async fn kill_operator() {
     .await;
     let pod = get(".metadata.name");
     let before = state("restartCount");
-    let killed = std::process::Command::new("pkill")
-        .args(["-KILL", "-f", "/pulumi-operator --leader-elect"])
-        .status()
-        .expect("pkill");
-    assert!(killed.success(), "no operator process to kill");
+    // This pod's operator process (the node agent gives each container its pod's HOSTNAME),
+    // by PID: never another process whose command line happens to match.
+    let hostname = format!("HOSTNAME={}", pod.trim());
+    let operators: Vec<u32> = processes()
+        .into_iter()
+        .filter(|p| {
+            p.argv
+                .first()
+                .is_some_and(|a| a.ends_with("/pulumi-operator"))
+                && p.environ.iter().any(|e| *e == hostname)
+        })
+        .map(|p| p.pid)
+        .collect();
+    assert_eq!(
+        operators.len(),
+        1,
+        "the operator process of pod {pod}: {operators:?}"
+    );
+    assert!(
+        kill_pid(operators[0]),
+        "could not kill the operator ({})",
+        operators[0]
+    );
     if before.trim().parse::<u32>().unwrap_or(0) >= 2 {
         kubectl(&[
             "-n",
@@ -1567,32 +1585,59 @@ pub async fn kill_pulumi_up_soon(needle: &str) -> usize {
     0
 }
 
+/// A process seen in /proc: its PID, arguments and environment.
+pub struct Process {
+    pub pid: u32,
+    pub argv: Vec<String>,
+    pub environ: Vec<String>,
+}
+
+/// Every process this user can read in /proc (the node agent runs the pods' containers as
+/// processes of this machine).
+pub fn processes() -> Vec<Process> {
+    let split = |bytes: Vec<u8>| -> Vec<String> {
+        bytes
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect()
+    };
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_string_lossy().parse::<u32>().ok()?;
+            Some(Process {
+                pid,
+                argv: split(std::fs::read(entry.path().join("cmdline")).unwrap_or_default()),
+                environ: split(std::fs::read(entry.path().join("environ")).unwrap_or_default()),
+            })
+        })
+        .collect()
+}
+
+/// Sends SIGKILL to one process; whether it was sent.
+pub fn kill_pid(pid: u32) -> bool {
+    Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// Sends SIGKILL to the `pulumi` CLI processes running `up` (not the runner, not the plugins)
 /// whose environment contains `needle` (a backend's directory or URL); returns how many.
 pub fn kill_pulumi_up(needle: &str) -> usize {
-    let mut killed = 0;
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let pid = entry.file_name().to_string_lossy().to_string();
-        if pid.parse::<u32>().is_err() {
-            continue;
-        }
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let argv: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let is_cli = argv
-            .first()
-            .is_some_and(|a| a.ends_with("/pulumi") || a == "pulumi")
-            && argv.iter().any(|a| a == "up");
-        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
-        if is_cli && String::from_utf8_lossy(&environ).contains(needle) {
-            let ok = Command::new("kill")
-                .args(["-KILL", &pid])
-                .status()
-                .is_ok_and(|s| s.success());
-            killed += ok as usize;
-        }
-    }
-    killed
+    processes()
+        .into_iter()
+        .filter(|p| {
+            let is_cli = p
+                .argv
+                .first()
+                .is_some_and(|a| a.ends_with("/pulumi") || a == "pulumi")
+                && p.argv.iter().any(|a| a == "up");
+            is_cli && p.environ.iter().any(|e| e.contains(needle))
+        })
+        .filter(|p| kill_pid(p.pid))
+        .count()
 }
