@@ -1332,7 +1332,7 @@ pub async fn kill_operator() {
             p.argv
                 .first()
                 .is_some_and(|a| a.ends_with("/pulumi-operator"))
-                && p.environ.iter().any(|e| *e == hostname)
+                && p.environ.contains(&hostname)
         })
         .map(|p| p.pid)
         .collect();
