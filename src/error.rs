@@ -1,5 +1,6 @@
 //! The operator's one error type, and the backoff that keeps a failing object from hot-looping.
 
+use pulumi_operator_api::backoff::Backoff;
 use std::time::Duration;
 
 #[derive(thiserror::Error, Debug)]
@@ -53,8 +54,8 @@ pub fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 /// Requeue delay after a failed reconcile: grows with consecutive failures of the same object,
 /// capped, so an API outage neither hot-loops nor leaves objects waiting for long.
 pub fn backoff(failures: u32) -> Duration {
-    let secs = 1u64.checked_shl(failures.min(8)).unwrap_or(256).min(300);
-    Duration::from_secs(secs)
+    const REQUEUE: Backoff = Backoff::new(Duration::from_secs(1), 2.0, Duration::from_secs(256));
+    REQUEUE.after(failures.saturating_add(1))
 }
 
 #[cfg(test)]

@@ -87,7 +87,7 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
 
     // An API server that does not answer yet is waited for (with backoff), not a reason to
     // exit: a restart loop would only add CrashLoopBackOff's minutes to the outage.
-    let mut wait = Duration::from_secs(1);
+    let mut waits = STARTUP_BACKOFF.waits();
     loop {
         match controller::check_crds_installed(&client).await {
             Ok(()) => break,
@@ -99,12 +99,12 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
                 );
             }
             Err(controller::StartCheck::Unreachable(why)) => {
+                let wait = waits.next().unwrap_or(STARTUP_BACKOFF_MAX);
                 tracing::warn!(retry_in = ?wait, "the API server is not answering yet: {why}");
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = shutdown.cancelled() => return Ok(()),
                 }
-                wait = (wait * 2).min(Duration::from_secs(30));
             }
         }
     }
@@ -140,6 +140,12 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Waits between attempts to reach the API server or the leader Lease: 1 s, doubling, 30 s at
+/// most.
+const STARTUP_BACKOFF_MAX: Duration = Duration::from_secs(30);
+const STARTUP_BACKOFF: pulumi_operator_api::backoff::Backoff =
+    pulumi_operator_api::backoff::Backoff::new(Duration::from_secs(1), 2.0, STARTUP_BACKOFF_MAX);
+
 /// Reconciles while this replica holds the Lease. Losing it stops every reconcile at once
 /// (another replica may already be reconciling) and campaigns again, in the same process: no
 /// restart, so no CrashLoopBackOff delay before this replica can lead again.
@@ -149,21 +155,21 @@ async fn lead(
     scope: controller::Scope,
     shutdown: &CancellationToken,
 ) {
-    let mut wait = Duration::from_secs(1);
+    let mut waits = STARTUP_BACKOFF.waits();
     while !shutdown.is_cancelled() {
         let mut leadership = match leader::campaign(client.clone(), config).await {
             Ok(l) => l,
             Err(e) => {
+                let wait = waits.next().unwrap_or(STARTUP_BACKOFF_MAX);
                 tracing::warn!(retry_in = ?wait, "cannot campaign for the leader lease: {e}");
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = shutdown.cancelled() => return,
                 }
-                wait = (wait * 2).min(Duration::from_secs(30));
                 continue;
             }
         };
-        wait = Duration::from_secs(1);
+        waits = STARTUP_BACKOFF.waits();
         loop {
             // Wait to lead.
             let stopped = loop {

@@ -3,6 +3,7 @@
 //! `auto.pulumi.com/v1alpha1` `Workspace` and `Update`, the compatibility strings in
 //! [`names`], CRD generation in [`crd`], and pure helpers on stack specs in [`validation`].
 
+pub mod backoff;
 pub mod common;
 pub mod crd;
 pub mod names;

@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use k8s_openapi::ByteString;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::Api;
+use pulumi_operator_api::backoff::Backoff;
 use pulumi_operator_api::plan::{FailureReason, RunPlan};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -222,7 +223,7 @@ pub async fn write_secret(
     let api: Api<Secret> = Api::namespaced(client, &plan.namespace);
     let secret = build_secret(plan, outputs);
     let name = plan.outputs_secret.as_str();
-    let mut delay = Duration::from_millis(500);
+    let mut waits = Backoff::new(Duration::from_millis(500), 2.0, Duration::from_secs(8)).waits();
     let mut attempt = 1;
     loop {
         let result = match api.create(&PostParams::default(), &secret).await {
@@ -280,12 +281,12 @@ pub async fn write_secret(
                 ));
             }
             Err((e, _)) => {
+                let delay = waits.next().unwrap_or(Duration::from_secs(8));
                 crate::report::log(format!(
                     "writing the outputs Secret failed ({e}); retrying in {}ms",
                     delay.as_millis()
                 ));
                 tokio::time::sleep(delay).await;
-                delay *= 2;
                 attempt += 1;
             }
         }

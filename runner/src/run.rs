@@ -12,6 +12,7 @@ use crate::pulumi::{self, Invocation, OpContext, Version};
 use crate::redact::Redactor;
 use crate::report::{log, succeeded};
 use crate::signals::Signals;
+use pulumi_operator_api::backoff::Backoff;
 use pulumi_operator_api::plan::{FailureReason, Operation, RunPlan, RunResult, Summary};
 use pulumi_operator_api::{ProjectInfo, ResourceChange};
 use std::collections::BTreeMap;
@@ -658,10 +659,11 @@ async fn run_retrying_conflicts(
     retry: bool,
     plan: &RunPlan,
 ) -> Result<Outcome, Failure> {
-    let mut delay = plan
+    let first = plan
         .conflict_retry_delay_ms
         .map(Duration::from_millis)
         .unwrap_or(DEFAULT_CONFLICT_RETRY_DELAY);
+    let mut waits = Backoff::new(first, 2.0, Duration::from_secs(60)).waits();
     let mut attempt = 0;
     let mut cleared = false;
     loop {
@@ -701,6 +703,7 @@ async fn run_retrying_conflicts(
             return Ok(out);
         }
         attempt += 1;
+        let delay = waits.next().unwrap_or(Duration::from_secs(60));
         log(format!(
             "another update holds the stack; retry {attempt} of {} in {:.1}s (retryOnUpdateConflict)",
             opts.conflict_retries,
@@ -715,7 +718,6 @@ async fn run_retrying_conflicts(
                 ));
             }
         }
-        delay = (delay * 2).min(Duration::from_secs(60));
     }
 }
 

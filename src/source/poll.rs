@@ -69,15 +69,13 @@ pub enum Plan {
 
 /// The wait after `failures` consecutive failures before the next call.
 pub fn backoff(failures: u32) -> Duration {
-    const FIRST: Duration = Duration::from_secs(5);
-    const MAX: Duration = Duration::from_secs(300);
-    if failures == 0 {
-        return Duration::ZERO;
-    }
-    FIRST
-        .checked_mul(1u32 << (failures - 1).min(16))
-        .unwrap_or(MAX)
-        .min(MAX)
+    const LS_REMOTE: pulumi_operator_api::backoff::Backoff =
+        pulumi_operator_api::backoff::Backoff::new(
+            Duration::from_secs(5),
+            2.0,
+            Duration::from_secs(300),
+        );
+    LS_REMOTE.after(failures)
 }
 
 /// Pure: whether the cached answer may be used at `now`.

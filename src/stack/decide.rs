@@ -57,10 +57,9 @@ pub fn resync_period(spec: &StackSpec, limits: &Limits) -> Duration {
 /// (`lastUpdate.failures` counts from 0 at a new generation), capped by
 /// `retryMaxBackoffDurationSeconds` (default 1 hour).
 pub fn backoff(spec: &StackSpec, failures: i64) -> Duration {
-    let cap = spec.retry_max_backoff_seconds().max(1) as u64;
-    let exponent = failures.clamp(0, 20) as u32;
-    let secs = 10u64.saturating_mul(3u64.saturating_pow(exponent));
-    Duration::from_secs(secs.min(cap))
+    let cap = Duration::from_secs(spec.retry_max_backoff_seconds().max(1) as u64);
+    pulumi_operator_api::backoff::Backoff::new(Duration::from_secs(10), 3.0, cap)
+        .after(failures.clamp(0, 20) as u32 + 1)
 }
 
 fn elapsed(

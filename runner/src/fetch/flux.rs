@@ -4,6 +4,7 @@
 use crate::error::Failure;
 use crate::redact;
 use crate::report::log;
+use pulumi_operator_api::backoff::Backoff;
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
 use std::path::{Component, Path};
@@ -64,19 +65,19 @@ fn download_with_retries(url: &str, file: &Path, max_bytes: u64) -> Result<Strin
         .timeout(Duration::from_secs(15 * 60))
         .build()
         .map_err(|e| e.to_string())?;
-    let mut delay = Duration::from_secs(1);
+    let mut waits = Backoff::new(Duration::from_secs(1), 2.0, Duration::from_secs(30)).waits();
     let mut attempt = 1;
     loop {
         match download(&client, url, file, max_bytes) {
             Ok(hex) => return Ok(hex),
             Err((retryable, e)) if retryable && attempt < ATTEMPTS => {
+                let delay = waits.next().unwrap_or(Duration::from_secs(30));
                 log(format!(
                     "download attempt {attempt} of {ATTEMPTS} failed ({}); retrying in {}s",
                     redact::urls(&e),
                     delay.as_secs()
                 ));
                 std::thread::sleep(delay);
-                delay *= 2;
                 attempt += 1;
             }
             Err((_, e)) => return Err(redact::urls(&e)),

@@ -10,6 +10,7 @@ use crate::error::Failure;
 use crate::redact;
 use crate::report::log;
 use gix::remote::fetch::Shallow;
+use pulumi_operator_api::backoff::Backoff;
 use std::num::NonZeroU32;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -111,20 +112,20 @@ pub fn fetch(spec: &GitSpec, dest: &Path, credentials: &Credentials) -> Result<S
 }
 
 fn with_retries(mut attempt: impl FnMut() -> Result<String, CloneError>) -> Result<String, String> {
-    let mut delay = Duration::from_secs(1);
+    let mut waits = Backoff::new(Duration::from_secs(1), 2.0, Duration::from_secs(30)).waits();
     let mut n = 1;
     loop {
         match attempt() {
             Ok(v) => return Ok(v),
             Err(e) if n >= ATTEMPTS || !e.retry => return Err(e.message),
             Err(e) => {
+                let delay = waits.next().unwrap_or(Duration::from_secs(30));
                 log(format!(
                     "git fetch attempt {n} of {ATTEMPTS} failed ({}); retrying in {}s",
                     redact::urls(&e.message),
                     delay.as_secs()
                 ));
                 std::thread::sleep(delay);
-                delay *= 2;
                 n += 1;
             }
         }
