@@ -7,8 +7,15 @@ use crate::stack::objects::{
     EXPECT_NO_REFRESH_CHANGES_ANNOTATION, PROGRAM_SCHEME, RETRY_ON_CONFLICT_ANNOTATION,
     STACK_EXISTS_ANNOTATION,
 };
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements,
+    SeccompProfile, Secret, SecretKeySelector, SecretVolumeSource, SecurityContext, Volume,
+    VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use pulumi_operator_api::names;
 use pulumi_operator_api::plan::{self, Operation, OperationOptions, RunPlan, Source, StackPlan};
@@ -291,20 +298,27 @@ pub fn build_plan_secret(update: &Update, plan: &RunPlan) -> Result<Secret, serd
 /// names (§5.3) as `secretKeyRef`s — the Job spec never holds a credential value. With an SSH
 /// key, `GIT_SSH_KNOWN_HOSTS` optionally reads the key `known_hosts` of the same Secret; with a
 /// GitHub App, the Workspace's `pulumi.com/github-api-url` annotation becomes `GITHUB_API_URL`.
-pub fn git_auth_env(ws: &Workspace) -> Vec<Value> {
+pub fn git_auth_env(ws: &Workspace) -> Vec<EnvVar> {
     use pulumi_gitauth::env;
     let mut out = Vec::new();
     let Some(auth) = ws.spec.git.as_ref().and_then(|g| g.auth.as_ref()) else {
         return out;
     };
-    let mut add = |name: &str, selector: &k8s_openapi::api::core::v1::SecretKeySelector| {
-        out.push(json!({"name": name, "valueFrom": {"secretKeyRef": selector}}));
+    let mut add = |name: &str, selector: &SecretKeySelector| {
+        out.push(EnvVar {
+            name: name.into(),
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(selector.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
     };
     if let Some(key) = &auth.ssh_private_key {
         add(env::SSH_PRIVATE_KEY, key);
         add(
             env::SSH_KNOWN_HOSTS,
-            &k8s_openapi::api::core::v1::SecretKeySelector {
+            &SecretKeySelector {
                 name: key.name.clone(),
                 key: pulumi_gitauth::KNOWN_HOSTS_KEY.into(),
                 optional: Some(true),
@@ -329,14 +343,99 @@ pub fn git_auth_env(ws: &Workspace) -> Vec<Value> {
             .get(crate::source::auth::GITHUB_API_URL_ANNOTATION)
             .filter(|u| !u.is_empty())
         {
-            out.push(json!({"name": env::GITHUB_API_URL, "value": url}));
+            out.push(env_value(env::GITHUB_API_URL, url));
         }
     }
     out
 }
 
-fn restricted_container_context() -> Value {
-    json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}})
+fn restricted_container_context() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            add: None,
+        }),
+        ..Default::default()
+    }
+}
+
+fn env_value(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..Default::default()
+    }
+}
+
+/// An environment variable holding a field of the pod (the downward API).
+fn env_field(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                api_version: None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..Default::default()
+    }
+}
+
+fn quantities(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, Quantity>> {
+    Some(
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+            .collect(),
+    )
+}
+
+/// The `pulumi` container's resources when the Workspace sets none.
+fn default_resources() -> ResourceRequirements {
+    ResourceRequirements {
+        requests: quantities(&[
+            ("cpu", "100m"),
+            ("memory", "64Mi"),
+            ("ephemeral-storage", "1Gi"),
+        ]),
+        limits: quantities(&[("ephemeral-storage", "8Gi")]),
+        ..Default::default()
+    }
+}
+
+/// An init container of the runner image (`bootstrap`, `fetch`).
+fn runner_container(cfg: &JobConfig, stage: &str, mounts: Vec<VolumeMount>) -> Container {
+    Container {
+        name: stage.into(),
+        image: Some(cfg.runner_image.clone()),
+        image_pull_policy: Some(cfg.runner_pull_policy.clone()),
+        args: Some(vec![stage.into()]),
+        env: Some(vec![pulumi_env_var()]),
+        volume_mounts: Some(mounts),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        security_context: Some(restricted_container_context()),
+        resources: Some(ResourceRequirements {
+            requests: quantities(&[("cpu", "50m"), ("memory", "64Mi")]),
+            limits: quantities(&[("memory", "512Mi")]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn pulumi_env_var() -> EnvVar {
+    env_value(names::PULUMI_ENV_VAR, names::PULUMI_ENV_FILE)
 }
 
 /// The Job for an Update. `program` says whether the ConfigMap `<update>-program` is mounted.
@@ -366,109 +465,116 @@ pub fn build_job(
             }
             .to_string()
         });
-    let share = json!({"name": names::SHARE_VOLUME, "mountPath": names::SHARE_MOUNT_PATH});
-    let plan_mount = json!({"name": "plan", "mountPath": plan::PLAN_DIR, "readOnly": true});
-    let program_mount =
-        json!({"name": "program", "mountPath": plan::PROGRAM_DIR, "readOnly": true});
+    let share = mount(names::SHARE_VOLUME, names::SHARE_MOUNT_PATH, false);
+    let plan_mount = mount("plan", plan::PLAN_DIR, true);
     let mut fetch_mounts = vec![share.clone(), plan_mount.clone()];
     let mut volumes = vec![
-        json!({"name": names::SHARE_VOLUME, "emptyDir": {}}),
-        json!({"name": "plan", "secret": {"secretName": plan::plan_secret_name(&name)}}),
+        Volume {
+            name: names::SHARE_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        },
+        Volume {
+            name: "plan".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(plan::plan_secret_name(&name)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
     ];
     if program {
-        fetch_mounts.push(program_mount);
-        volumes.push(
-            json!({"name": "program", "configMap": {"name": plan::program_config_map_name(&name)}}),
-        );
+        fetch_mounts.push(mount("program", plan::PROGRAM_DIR, true));
+        volumes.push(Volume {
+            name: "program".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: plan::program_config_map_name(&name),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
     }
-    let pulumi_env_var = json!({"name": names::PULUMI_ENV_VAR, "value": names::PULUMI_ENV_FILE});
-    let mut env: Vec<Value> = spec
-        .env
-        .iter()
-        .flatten()
-        .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
-        .collect();
-    for (k, v) in [("PULUMI_HOME", json!({"value": "/share/.pulumi"}))] {
-        if !env.iter().any(|e| e["name"] == k) {
-            let mut var = json!({"name": k});
-            crate::merge::merge(&mut var, &v);
-            env.push(var);
-        }
+    let mut env: Vec<EnvVar> = spec.env.clone().unwrap_or_default();
+    if !env.iter().any(|e| e.name == "PULUMI_HOME") {
+        env.push(env_value("PULUMI_HOME", "/share/.pulumi"));
     }
-    env.push(json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}));
-    env.push(json!({"name": "POD_SA_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}}));
-    env.push(pulumi_env_var.clone());
-    let resources = match &spec.resources {
-        Some(r) => serde_json::to_value(r)?,
-        None => json!({
-            "requests": {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "1Gi"},
-            "limits": {"ephemeral-storage": "8Gi"}
-        }),
-    };
-    let runner = |stage: &str, mounts: Vec<Value>| {
-        json!({
-            "name": stage,
-            "image": cfg.runner_image,
-            "imagePullPolicy": cfg.runner_pull_policy,
-            "args": [stage],
-            "env": [pulumi_env_var.clone()],
-            "volumeMounts": mounts,
-            "terminationMessagePolicy": "FallbackToLogsOnError",
-            "securityContext": restricted_container_context(),
-            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
-        })
-    };
-    let mut fetch = runner("fetch", fetch_mounts);
+    env.push(env_field("POD_NAMESPACE", "metadata.namespace"));
+    env.push(env_field("POD_SA_NAME", "spec.serviceAccountName"));
+    env.push(pulumi_env_var());
+    let mut fetch = runner_container(cfg, "fetch", fetch_mounts);
     let mut fetch_env = git_auth_env(ws);
     if !fetch_env.is_empty() {
-        fetch_env.push(pulumi_env_var.clone());
-        fetch["env"] = Value::Array(fetch_env);
+        fetch_env.push(pulumi_env_var());
+        fetch.env = Some(fetch_env);
     }
-    let mut bootstrap = runner("bootstrap", vec![share.clone()]);
-    bootstrap["args"] = json!(["bootstrap", plan::RUNNER_BINARY]);
+    let mut bootstrap = runner_container(cfg, "bootstrap", vec![share.clone()]);
+    bootstrap.args = Some(vec!["bootstrap".into(), plan::RUNNER_BINARY.into()]);
     let mut pulumi_mounts = vec![share, plan_mount];
     for (i, (secret, optional)) in secret_env(ws).whole_secrets.into_iter().enumerate() {
         let volume = format!("env-secret-{i}");
-        let mut source = json!({"secretName": secret});
-        if let Some(optional) = optional {
-            source["optional"] = json!(optional);
+        volumes.push(Volume {
+            name: volume.clone(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret),
+                optional,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        pulumi_mounts.push(mount(&volume, &plan::secret_env_dir(i), true));
+    }
+    let pulumi = Container {
+        name: names::PULUMI_CONTAINER.into(),
+        image: Some(image),
+        command: Some(vec![plan::RUNNER_BINARY.into(), "run".into()]),
+        env: Some(env),
+        env_from: spec.env_from.clone(),
+        volume_mounts: Some(pulumi_mounts),
+        resources: Some(spec.resources.clone().unwrap_or_else(default_resources)),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        security_context: Some(restricted_container_context()),
+        image_pull_policy: spec.image_pull_policy.clone().filter(|p| !p.is_empty()),
+        ..Default::default()
+    };
+    let seccomp = Some(SeccompProfile {
+        type_: "RuntimeDefault".into(),
+        localhost_profile: None,
+    });
+    let pod_security = if restricted {
+        PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(1000),
+            run_as_group: Some(1000),
+            fs_group: Some(1000),
+            seccomp_profile: seccomp,
+            ..Default::default()
         }
-        volumes.push(json!({"name": volume, "secret": source}));
-        pulumi_mounts
-            .push(json!({"name": volume, "mountPath": plan::secret_env_dir(i), "readOnly": true}));
-    }
-    let mut pulumi = json!({
-        "name": names::PULUMI_CONTAINER,
-        "image": image,
-        "command": [plan::RUNNER_BINARY, "run"],
-        "env": env,
-        "volumeMounts": pulumi_mounts,
-        "resources": resources,
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": restricted_container_context(),
-    });
-    if let Some(p) = spec.image_pull_policy.as_ref().filter(|p| !p.is_empty()) {
-        pulumi["imagePullPolicy"] = json!(p);
-    }
-    if let Some(env_from) = &spec.env_from {
-        pulumi["envFrom"] = serde_json::to_value(env_from)?;
-    }
-    let mut pod_security = json!({"seccompProfile": {"type": "RuntimeDefault"}});
-    if restricted {
-        pod_security = json!({"runAsNonRoot": true, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
-                              "seccompProfile": {"type": "RuntimeDefault"}});
-    }
-    let mut pod_spec = json!({
-        "restartPolicy": "Never",
+    } else {
+        PodSecurityContext {
+            seccomp_profile: seccomp,
+            ..Default::default()
+        }
+    };
+    let ours = PodSpec {
+        restart_policy: Some("Never".into()),
         // Pulumi records the hostname in the locks it takes (see `lock_holder`).
-        "hostname": lock_holder(update).hostname,
-        "serviceAccountName": spec.service_account_name.clone().unwrap_or_else(|| names::DEFAULT_SERVICE_ACCOUNT.into()),
-        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
-        "securityContext": pod_security,
-        "initContainers": [bootstrap, fetch],
-        "containers": [pulumi],
-        "volumes": volumes,
-    });
+        hostname: Some(lock_holder(update).hostname),
+        service_account_name: Some(
+            spec.service_account_name
+                .clone()
+                .unwrap_or_else(|| names::DEFAULT_SERVICE_ACCOUNT.into()),
+        ),
+        termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
+        security_context: Some(pod_security),
+        init_containers: Some(vec![bootstrap, fetch]),
+        containers: vec![pulumi],
+        volumes: Some(volumes),
+        ..Default::default()
+    };
+    // From here on the pod spec is merged with the Workspace's pod template as JSON (PKO
+    // merges it the same way, field by field), so it is a JSON value.
+    let pulumi_env_json = serde_json::to_value(pulumi_env_var())?;
+    let mut pod_spec = serde_json::to_value(ours)?;
     // workspaceReclaimPolicy Retain: the retained workspace's cache at PULUMI_HOME.
     crate::workspace::cache::retained_cache(ws, &mut pod_spec);
     let mut pod_meta = json!({"labels": labels});
@@ -490,7 +596,7 @@ pub fn build_job(
             let env = c["env"].as_array().cloned().unwrap_or_default();
             if !env.iter().any(|e| e["name"] == names::PULUMI_ENV_VAR) {
                 let mut env = env;
-                env.push(pulumi_env_var.clone());
+                env.push(pulumi_env_json.clone());
                 c["env"] = Value::Array(env);
             }
         }
@@ -505,21 +611,27 @@ pub fn build_job(
         .operation_timeout_seconds
         .filter(|s| *s > 0)
         .unwrap_or(names::DEFAULT_OPERATION_TIMEOUT_SECONDS);
-    serde_json::from_value(json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": update.namespace(),
-            "labels": labels,
-            "ownerReferences": [owner(update)],
+    let owner = update.controller_owner_ref(&()).into_iter().collect();
+    Ok(Job {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: update.namespace(),
+            labels: Some(labels),
+            owner_references: Some(owner),
+            ..Default::default()
         },
-        "spec": {
+        spec: Some(JobSpec {
             // Retries belong to the Stack controller, which counts failures.
-            "backoffLimit": 0,
-            "activeDeadlineSeconds": deadline,
-            "template": {"metadata": pod_meta, "spec": pod_spec},
-        }
-    }))
+            backoff_limit: Some(0),
+            active_deadline_seconds: Some(deadline),
+            template: PodTemplateSpec {
+                metadata: Some(serde_json::from_value(pod_meta)?),
+                spec: Some(serde_json::from_value(pod_spec)?),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    })
 }
 
 #[cfg(test)]
