@@ -439,32 +439,55 @@ fn pulumi_env_var() -> EnvVar {
 }
 
 /// The Job for an Update. `program` says whether the ConfigMap `<update>-program` is mounted.
+/// Phases: the operator's pod spec (typed), then the Workspace's pod template merged in, then
+/// the Job around it.
 pub fn build_job(
     update: &Update,
     ws: &Workspace,
     cfg: &JobConfig,
     program: bool,
 ) -> Result<Job, serde_json::Error> {
+    let ours = operator_pod_spec(update, ws, cfg, program);
+    let (pod_meta, pod_spec) = merge_pod_template(ws, ours, job_labels(update))?;
+    let deadline = update
+        .spec
+        .operation_timeout_seconds
+        .filter(|s| *s > 0)
+        .unwrap_or(names::DEFAULT_OPERATION_TIMEOUT_SECONDS);
+    Ok(Job {
+        metadata: ObjectMeta {
+            name: Some(update.name_any()),
+            namespace: update.namespace(),
+            labels: Some(job_labels(update)),
+            owner_references: Some(update.controller_owner_ref(&()).into_iter().collect()),
+            ..Default::default()
+        },
+        spec: Some(JobSpec {
+            // Retries belong to the Stack controller, which counts failures.
+            backoff_limit: Some(0),
+            active_deadline_seconds: Some(deadline),
+            template: PodTemplateSpec {
+                metadata: Some(pod_meta),
+                spec: Some(pod_spec),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+/// The volumes every update pod has (the share, the plan, the Program's ConfigMap) and the
+/// Secrets used whole as environment, with the `pulumi` container's mounts of them and the
+/// `fetch` container's.
+struct PodVolumes {
+    volumes: Vec<Volume>,
+    share: VolumeMount,
+    fetch_mounts: Vec<VolumeMount>,
+    pulumi_mounts: Vec<VolumeMount>,
+}
+
+fn pod_volumes(update: &Update, ws: &Workspace, program: bool) -> PodVolumes {
     let name = update.name_any();
-    let spec = &ws.spec;
-    let labels = job_labels(update);
-    let profile = spec
-        .security_profile
-        .clone()
-        .unwrap_or(SecurityProfile::Restricted);
-    let restricted = profile != SecurityProfile::Baseline;
-    let image = spec
-        .image
-        .clone()
-        .filter(|i| !i.is_empty())
-        .unwrap_or_else(|| {
-            if restricted {
-                names::DEFAULT_IMAGE_RESTRICTED
-            } else {
-                names::DEFAULT_IMAGE_BASELINE
-            }
-            .to_string()
-        });
     let share = mount(names::SHARE_VOLUME, names::SHARE_MOUNT_PATH, false);
     let plan_mount = mount("plan", plan::PLAN_DIR, true);
     let mut fetch_mounts = vec![share.clone(), plan_mount.clone()];
@@ -474,14 +497,7 @@ pub fn build_job(
             empty_dir: Some(EmptyDirVolumeSource::default()),
             ..Default::default()
         },
-        Volume {
-            name: "plan".into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(plan::plan_secret_name(&name)),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
+        secret_volume("plan", plan::plan_secret_name(&name), None),
     ];
     if program {
         fetch_mounts.push(mount("program", plan::PROGRAM_DIR, true));
@@ -494,6 +510,84 @@ pub fn build_job(
             ..Default::default()
         });
     }
+    let mut pulumi_mounts = vec![share.clone(), plan_mount];
+    for (i, (secret, optional)) in secret_env(ws).whole_secrets.into_iter().enumerate() {
+        let volume = format!("env-secret-{i}");
+        pulumi_mounts.push(mount(&volume, &plan::secret_env_dir(i), true));
+        volumes.push(secret_volume(&volume, secret, optional));
+    }
+    PodVolumes {
+        volumes,
+        share,
+        fetch_mounts,
+        pulumi_mounts,
+    }
+}
+
+fn secret_volume(name: &str, secret: String, optional: Option<bool>) -> Volume {
+    Volume {
+        name: name.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret),
+            optional,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The pod spec the operator wants, before the Workspace's pod template: the runner's
+/// `bootstrap` and `fetch` init containers and the `pulumi` container.
+fn operator_pod_spec(update: &Update, ws: &Workspace, cfg: &JobConfig, program: bool) -> PodSpec {
+    let spec = &ws.spec;
+    let restricted = spec
+        .security_profile
+        .clone()
+        .unwrap_or(SecurityProfile::Restricted)
+        != SecurityProfile::Baseline;
+    let v = pod_volumes(update, ws, program);
+    let mut fetch = runner_container(cfg, "fetch", v.fetch_mounts);
+    let mut fetch_env = git_auth_env(ws);
+    if !fetch_env.is_empty() {
+        fetch_env.push(pulumi_env_var());
+        fetch.env = Some(fetch_env);
+    }
+    let mut bootstrap = runner_container(cfg, "bootstrap", vec![v.share]);
+    bootstrap.args = Some(vec!["bootstrap".into(), plan::RUNNER_BINARY.into()]);
+    PodSpec {
+        restart_policy: Some("Never".into()),
+        // Pulumi records the hostname in the locks it takes (see `lock_holder`).
+        hostname: Some(lock_holder(update).hostname),
+        service_account_name: Some(
+            spec.service_account_name
+                .clone()
+                .unwrap_or_else(|| names::DEFAULT_SERVICE_ACCOUNT.into()),
+        ),
+        termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
+        security_context: Some(pod_security_context(restricted)),
+        init_containers: Some(vec![bootstrap, fetch]),
+        containers: vec![pulumi_container(ws, restricted, v.pulumi_mounts)],
+        volumes: Some(v.volumes),
+        ..Default::default()
+    }
+}
+
+/// The `pulumi` container: the Workspace's image running the runner, with the Workspace's
+/// environment and the operator's own variables.
+fn pulumi_container(ws: &Workspace, restricted: bool, mounts: Vec<VolumeMount>) -> Container {
+    let spec = &ws.spec;
+    let image = spec
+        .image
+        .clone()
+        .filter(|i| !i.is_empty())
+        .unwrap_or_else(|| {
+            if restricted {
+                names::DEFAULT_IMAGE_RESTRICTED
+            } else {
+                names::DEFAULT_IMAGE_BASELINE
+            }
+            .to_string()
+        });
     let mut env: Vec<EnvVar> = spec.env.clone().unwrap_or_default();
     if !env.iter().any(|e| e.name == "PULUMI_HOME") {
         env.push(env_value("PULUMI_HOME", "/share/.pulumi"));
@@ -501,46 +595,27 @@ pub fn build_job(
     env.push(env_field("POD_NAMESPACE", "metadata.namespace"));
     env.push(env_field("POD_SA_NAME", "spec.serviceAccountName"));
     env.push(pulumi_env_var());
-    let mut fetch = runner_container(cfg, "fetch", fetch_mounts);
-    let mut fetch_env = git_auth_env(ws);
-    if !fetch_env.is_empty() {
-        fetch_env.push(pulumi_env_var());
-        fetch.env = Some(fetch_env);
-    }
-    let mut bootstrap = runner_container(cfg, "bootstrap", vec![share.clone()]);
-    bootstrap.args = Some(vec!["bootstrap".into(), plan::RUNNER_BINARY.into()]);
-    let mut pulumi_mounts = vec![share, plan_mount];
-    for (i, (secret, optional)) in secret_env(ws).whole_secrets.into_iter().enumerate() {
-        let volume = format!("env-secret-{i}");
-        volumes.push(Volume {
-            name: volume.clone(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(secret),
-                optional,
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-        pulumi_mounts.push(mount(&volume, &plan::secret_env_dir(i), true));
-    }
-    let pulumi = Container {
+    Container {
         name: names::PULUMI_CONTAINER.into(),
         image: Some(image),
         command: Some(vec![plan::RUNNER_BINARY.into(), "run".into()]),
         env: Some(env),
         env_from: spec.env_from.clone(),
-        volume_mounts: Some(pulumi_mounts),
+        volume_mounts: Some(mounts),
         resources: Some(spec.resources.clone().unwrap_or_else(default_resources)),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         security_context: Some(restricted_container_context()),
         image_pull_policy: spec.image_pull_policy.clone().filter(|p| !p.is_empty()),
         ..Default::default()
-    };
+    }
+}
+
+fn pod_security_context(restricted: bool) -> PodSecurityContext {
     let seccomp = Some(SeccompProfile {
         type_: "RuntimeDefault".into(),
         localhost_profile: None,
     });
-    let pod_security = if restricted {
+    if restricted {
         PodSecurityContext {
             run_as_non_root: Some(true),
             run_as_user: Some(1000),
@@ -554,25 +629,18 @@ pub fn build_job(
             seccomp_profile: seccomp,
             ..Default::default()
         }
-    };
-    let ours = PodSpec {
-        restart_policy: Some("Never".into()),
-        // Pulumi records the hostname in the locks it takes (see `lock_holder`).
-        hostname: Some(lock_holder(update).hostname),
-        service_account_name: Some(
-            spec.service_account_name
-                .clone()
-                .unwrap_or_else(|| names::DEFAULT_SERVICE_ACCOUNT.into()),
-        ),
-        termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
-        security_context: Some(pod_security),
-        init_containers: Some(vec![bootstrap, fetch]),
-        containers: vec![pulumi],
-        volumes: Some(volumes),
-        ..Default::default()
-    };
-    // From here on the pod spec is merged with the Workspace's pod template as JSON (PKO
-    // merges it the same way, field by field), so it is a JSON value.
+    }
+}
+
+/// The operator's pod spec merged with the Workspace's pod template (as JSON, field by field,
+/// as PKO merges it), the retained cache and the dependency cache mounted, and the template's
+/// init containers given `PULUMI_ENV`.
+fn merge_pod_template(
+    ws: &Workspace,
+    ours: PodSpec,
+    labels: BTreeMap<String, String>,
+) -> Result<(ObjectMeta, PodSpec), serde_json::Error> {
+    let spec = &ws.spec;
     let pulumi_env_json = serde_json::to_value(pulumi_env_var())?;
     let mut pod_spec = serde_json::to_value(ours)?;
     // workspaceReclaimPolicy Retain: the retained workspace's cache at PULUMI_HOME.
@@ -593,9 +661,8 @@ pub fn build_job(
     // User init containers (e.g. writing $PULUMI_ENV) see the share volume and PULUMI_ENV too.
     if let Some(inits) = pod_spec["initContainers"].as_array_mut() {
         for c in inits.iter_mut() {
-            let env = c["env"].as_array().cloned().unwrap_or_default();
+            let mut env = c["env"].as_array().cloned().unwrap_or_default();
             if !env.iter().any(|e| e["name"] == names::PULUMI_ENV_VAR) {
-                let mut env = env;
                 env.push(pulumi_env_json.clone());
                 c["env"] = Value::Array(env);
             }
@@ -606,32 +673,10 @@ pub fn build_job(
             inits.extend(extra.iter().cloned());
         }
     }
-    let deadline = update
-        .spec
-        .operation_timeout_seconds
-        .filter(|s| *s > 0)
-        .unwrap_or(names::DEFAULT_OPERATION_TIMEOUT_SECONDS);
-    let owner = update.controller_owner_ref(&()).into_iter().collect();
-    Ok(Job {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: update.namespace(),
-            labels: Some(labels),
-            owner_references: Some(owner),
-            ..Default::default()
-        },
-        spec: Some(JobSpec {
-            // Retries belong to the Stack controller, which counts failures.
-            backoff_limit: Some(0),
-            active_deadline_seconds: Some(deadline),
-            template: PodTemplateSpec {
-                metadata: Some(serde_json::from_value(pod_meta)?),
-                spec: Some(serde_json::from_value(pod_spec)?),
-            },
-            ..Default::default()
-        }),
-        status: None,
-    })
+    Ok((
+        serde_json::from_value(pod_meta)?,
+        serde_json::from_value(pod_spec)?,
+    ))
 }
 
 #[cfg(test)]
