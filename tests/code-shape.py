@@ -112,7 +112,9 @@ def main():
                 total += 1
                 if length > limit:
                     long_fns.append((length, f"{os.path.relpath(path, ROOT)}:{line}", name))
-            modules[module_of(base, path)] = "\n".join(lines)
+            # What the code names, not its comments (doc links are not dependencies).
+            code = [line.split("//")[0] for line in lines]
+            modules[module_of(base, path)] = "\n".join(code)
         file_edges, folder_edges = defaultdict(set), defaultdict(set)
         names = sorted(modules, key=len, reverse=True)
         for module, text in modules.items():

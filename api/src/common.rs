@@ -338,3 +338,13 @@ mod tests {
         }
     }
 }
+
+/// A resource an operation would change, and how.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceChange {
+    /// The resource's URN.
+    pub urn: String,
+    /// `create`, `update`, `replace` or `delete`.
+    pub operation: String,
+}

@@ -862,15 +862,8 @@ pub struct DriftStatus {
     pub next_check_time: Option<Time>,
 }
 
-/// A resource an operation would change, and how.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ResourceChange {
-    /// The resource's URN.
-    pub urn: String,
-    /// `create`, `update`, `replace` or `delete`.
-    pub operation: String,
-}
+// The Stack's status and the Update's status both list changes.
+pub use crate::common::ResourceChange;
 
 string_enum! {
     /// The state of the last update of a Stack.

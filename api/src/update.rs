@@ -5,8 +5,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::common::ResourceChange;
 use crate::common::{duration_string, string_enum, ProjectInfo};
-use crate::stack::ResourceChange;
 
 /// One Pulumi operation (`up`, `preview`, `refresh` or `destroy`) on a stack of a Workspace.
 /// The operator runs it as a Kubernetes Job with the same name; see its output with

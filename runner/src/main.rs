@@ -70,12 +70,12 @@ fn main() -> ExitCode {
         }
         Command::Fetch(common) => match plan::load(&common.plan) {
             Ok(p) => {
-                redact::install(Some(&p));
+                install_redactor(Some(&p));
                 signals::exit_on_termination();
                 fetch::fetch(&p, &Layout::new(&common.share)).unwrap_or_else(|f| f.into_result())
             }
             Err(f) => {
-                redact::install(None);
+                install_redactor(None);
                 f.into_result()
             }
         },
@@ -86,27 +86,41 @@ fn main() -> ExitCode {
             }
             match workspace::load(&common.plan) {
                 Ok(p) => {
-                    redact::install(Some(&p.plan));
+                    install_redactor(Some(&p.plan));
                     workspace_async(&p, &layout)
                 }
                 Err(f) => {
-                    redact::install(None);
+                    install_redactor(None);
                     f.into_result()
                 }
             }
         }
         Command::Run(common) => match plan::load(&common.plan) {
             Ok(p) => {
-                redact::install(Some(&p));
+                install_redactor(Some(&p));
                 run_async(&p, &Layout::new(&common.share))
             }
             Err(f) => {
-                redact::install(None);
+                install_redactor(None);
                 f.into_result()
             }
         },
     };
     report::finish(&cli.result_file, &result)
+}
+
+/// Masks the plan's secret values in everything the runner prints from here on, and says
+/// which are too short to be masked.
+fn install_redactor(plan: Option<&pulumi_operator_api::plan::RunPlan>) {
+    let too_short = redact::install(plan);
+    if !too_short.is_empty() {
+        report::log(format!(
+            "secret values shorter than {} characters cannot be masked in the output without \
+             mangling it, and are not: {}",
+            redact::MIN_SECRET_CHARS,
+            too_short.join(", ")
+        ));
+    }
 }
 
 fn run_async(

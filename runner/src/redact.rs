@@ -167,20 +167,15 @@ fn read_small(path: &Path) -> Option<String> {
 }
 
 /// Builds the process-wide redactor from this process's environment, `$PULUMI_ENV` and the
-/// plan (when it could be read), and says which secret values are too short to be masked.
-pub fn install(plan: Option<&RunPlan>) {
+/// plan (when it could be read). Returns the names of the secret values too short to be masked
+/// (the caller reports them).
+pub fn install(plan: Option<&RunPlan>) -> Vec<String> {
     let env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
     let found = startup(plan, &env, &crate::dotenv::load());
     remember(&found.redactor);
-    if !found.too_short.is_empty() {
-        crate::report::log(format!(
-            "secret values shorter than {MIN_SECRET_CHARS} characters cannot be masked in the \
-             output without mangling it, and are not: {}",
-            found.too_short.join(", ")
-        ));
-    }
+    found.too_short
 }
 
 /// Adds values to the process-wide redactor.
