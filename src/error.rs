@@ -20,8 +20,8 @@ pub enum Error {
     #[error("internal error (a bug, please report it): {0}")]
     Panicked(String),
 
-    #[error("{0}")]
-    Internal(String),
+    #[error("sealing outputs: {0}")]
+    Sealing(#[from] pulumi_operator_api::sealed::SealError),
 }
 
 impl Error {
@@ -35,7 +35,7 @@ impl Error {
             Error::Kube(kube::Error::BuildRequest(_)) => true,
             Error::Kube(_) => false,
             Error::Json(_) | Error::Yaml(_) | Error::MissingField(_) | Error::Panicked(_) => true,
-            Error::Internal(_) => false,
+            Error::Sealing(_) => false,
         }
     }
 }

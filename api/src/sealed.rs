@@ -37,56 +37,80 @@ impl std::fmt::Debug for OutputsPayload {
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
+/// Why outputs could not be sealed or opened (never carries a value or a key).
+#[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
+pub enum SealError {
+    #[error("no randomness for {0}")]
+    NoRandomness(&'static str),
+    #[error("the outputs key is not base64")]
+    KeyNotBase64,
+    #[error("the outputs key is not 32 bytes")]
+    KeyLength,
+    #[error("outputs: {0}")]
+    Encoding(String),
+    #[error("cannot seal the outputs")]
+    Seal,
+    #[error("the sealed outputs are not base64")]
+    SealedNotBase64,
+    #[error("the sealed outputs are too short")]
+    TooShort,
+    #[error("bad nonce")]
+    Nonce,
+    #[error("the sealed outputs do not open with this Update's key")]
+    WrongKeyOrChanged,
+    #[error("the opened outputs are not valid")]
+    Invalid,
+}
+
 /// A new random key (base64 of 32 bytes).
-pub fn new_key() -> Result<String, String> {
+pub fn new_key() -> Result<String, SealError> {
     let mut key = [0u8; 32];
     SystemRandom::new()
         .fill(&mut key)
-        .map_err(|_| "no randomness for an outputs key".to_string())?;
+        .map_err(|_| SealError::NoRandomness("an outputs key"))?;
     Ok(B64.encode(key))
 }
 
-fn cipher(key: &str) -> Result<LessSafeKey, String> {
+fn cipher(key: &str) -> Result<LessSafeKey, SealError> {
     let bytes = B64
         .decode(key.trim())
-        .map_err(|_| "the outputs key is not base64".to_string())?;
-    let unbound =
-        UnboundKey::new(&AES_256_GCM, &bytes).map_err(|_| "the outputs key is not 32 bytes")?;
+        .map_err(|_| SealError::KeyNotBase64)?;
+    let unbound = UnboundKey::new(&AES_256_GCM, &bytes).map_err(|_| SealError::KeyLength)?;
     Ok(LessSafeKey::new(unbound))
 }
 
 /// `payload` sealed with `key`: base64 of nonce ‖ ciphertext ‖ tag.
-pub fn seal(key: &str, payload: &OutputsPayload) -> Result<String, String> {
+pub fn seal(key: &str, payload: &OutputsPayload) -> Result<String, SealError> {
     let cipher = cipher(key)?;
     let mut nonce = [0u8; NONCE_LEN];
     SystemRandom::new()
         .fill(&mut nonce)
-        .map_err(|_| "no randomness for a nonce".to_string())?;
-    let mut data = serde_json::to_vec(payload).map_err(|e| format!("outputs: {e}"))?;
+        .map_err(|_| SealError::NoRandomness("a nonce"))?;
+    let mut data = serde_json::to_vec(payload).map_err(|e| SealError::Encoding(e.to_string()))?;
     cipher
         .seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::empty(), &mut data)
-        .map_err(|_| "cannot seal the outputs".to_string())?;
+        .map_err(|_| SealError::Seal)?;
     let mut out = nonce.to_vec();
     out.extend(data);
     Ok(B64.encode(out))
 }
 
 /// Opens what [`seal`] made with the same key; any change to it is an error.
-pub fn open(key: &str, sealed: &str) -> Result<OutputsPayload, String> {
+pub fn open(key: &str, sealed: &str) -> Result<OutputsPayload, SealError> {
     let cipher = cipher(key)?;
     let bytes = B64
         .decode(sealed.trim())
-        .map_err(|_| "the sealed outputs are not base64".to_string())?;
+        .map_err(|_| SealError::SealedNotBase64)?;
     if bytes.len() < NONCE_LEN {
-        return Err("the sealed outputs are too short".into());
+        return Err(SealError::TooShort);
     }
     let (nonce, rest) = bytes.split_at(NONCE_LEN);
-    let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| "bad nonce".to_string())?;
+    let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| SealError::Nonce)?;
     let mut rest = rest.to_vec();
     let plain = cipher
         .open_in_place(nonce, Aad::empty(), &mut rest)
-        .map_err(|_| "the sealed outputs do not open with this Update's key".to_string())?;
-    serde_json::from_slice(plain).map_err(|_| "the opened outputs are not valid".to_string())
+        .map_err(|_| SealError::WrongKeyOrChanged)?;
+    serde_json::from_slice(plain).map_err(|_| SealError::Invalid)
 }
 
 /// SHA-256 (hex) of a sealed line, reported in the termination message so that the operator

@@ -802,10 +802,7 @@ async fn start(
     let plan = match build_plan(update, &ws) {
         Ok(mut p) => {
             // The outputs come back sealed with this key in the pod's log (see `sealed`).
-            p.outputs_key = Some(
-                pulumi_operator_api::sealed::new_key()
-                    .map_err(|e| Error::Internal(e.to_string()))?,
-            );
+            p.outputs_key = Some(pulumi_operator_api::sealed::new_key()?);
             p
         }
         Err(message) => {
