@@ -87,7 +87,7 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
 
     // An API server that does not answer yet is waited for (with backoff), not a reason to
     // exit: a restart loop would only add CrashLoopBackOff's minutes to the outage.
-    let mut waits = STARTUP_BACKOFF.waits();
+    let mut failures = 0;
     loop {
         match controller::check_crds_installed(&client).await {
             Ok(()) => break,
@@ -99,7 +99,8 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
                 );
             }
             Err(controller::StartCheck::Unreachable(why)) => {
-                let wait = waits.next().unwrap_or(STARTUP_BACKOFF_MAX);
+                failures += 1;
+                let wait = STARTUP_BACKOFF.after(failures);
                 tracing::warn!(retry_in = ?wait, "the API server is not answering yet: {why}");
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
@@ -142,9 +143,12 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
 
 /// Waits between attempts to reach the API server or the leader Lease: 1 s, doubling, 30 s at
 /// most.
-const STARTUP_BACKOFF_MAX: Duration = Duration::from_secs(30);
 const STARTUP_BACKOFF: pulumi_operator_api::backoff::Backoff =
-    pulumi_operator_api::backoff::Backoff::new(Duration::from_secs(1), 2.0, STARTUP_BACKOFF_MAX);
+    pulumi_operator_api::backoff::Backoff::new(
+        Duration::from_secs(1),
+        2.0,
+        Duration::from_secs(30),
+    );
 
 /// Reconciles while this replica holds the Lease. Losing it stops every reconcile at once
 /// (another replica may already be reconciling) and campaigns again, in the same process: no
@@ -155,12 +159,13 @@ async fn lead(
     scope: controller::Scope,
     shutdown: &CancellationToken,
 ) {
-    let mut waits = STARTUP_BACKOFF.waits();
+    let mut failures = 0;
     while !shutdown.is_cancelled() {
         let mut leadership = match leader::campaign(client.clone(), config).await {
             Ok(l) => l,
             Err(e) => {
-                let wait = waits.next().unwrap_or(STARTUP_BACKOFF_MAX);
+                failures += 1;
+                let wait = STARTUP_BACKOFF.after(failures);
                 tracing::warn!(retry_in = ?wait, "cannot campaign for the leader lease: {e}");
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
@@ -169,7 +174,7 @@ async fn lead(
                 continue;
             }
         };
-        waits = STARTUP_BACKOFF.waits();
+        failures = 0;
         loop {
             // Wait to lead.
             let stopped = loop {

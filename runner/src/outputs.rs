@@ -223,7 +223,7 @@ pub async fn write_secret(
     let api: Api<Secret> = Api::namespaced(client, &plan.namespace);
     let secret = build_secret(plan, outputs);
     let name = plan.outputs_secret.as_str();
-    let mut waits = Backoff::new(Duration::from_millis(500), 2.0, Duration::from_secs(8)).waits();
+    let backoff = Backoff::new(Duration::from_millis(500), 2.0, Duration::from_secs(8));
     let mut attempt = 1;
     loop {
         let result = match api.create(&PostParams::default(), &secret).await {
@@ -281,7 +281,7 @@ pub async fn write_secret(
                 ));
             }
             Err((e, _)) => {
-                let delay = waits.next().unwrap_or(Duration::from_secs(8));
+                let delay = backoff.after(attempt);
                 crate::report::log(format!(
                     "writing the outputs Secret failed ({e}); retrying in {}ms",
                     delay.as_millis()

@@ -663,7 +663,7 @@ async fn run_retrying_conflicts(
         .conflict_retry_delay_ms
         .map(Duration::from_millis)
         .unwrap_or(DEFAULT_CONFLICT_RETRY_DELAY);
-    let mut waits = Backoff::new(first, 2.0, Duration::from_secs(60)).waits();
+    let backoff = Backoff::new(first, 2.0, Duration::from_secs(60));
     let mut attempt = 0;
     let mut cleared = false;
     loop {
@@ -703,7 +703,7 @@ async fn run_retrying_conflicts(
             return Ok(out);
         }
         attempt += 1;
-        let delay = waits.next().unwrap_or(Duration::from_secs(60));
+        let delay = backoff.after(attempt);
         log(format!(
             "another update holds the stack; retry {attempt} of {} in {:.1}s (retryOnUpdateConflict)",
             opts.conflict_retries,

@@ -65,13 +65,13 @@ fn download_with_retries(url: &str, file: &Path, max_bytes: u64) -> Result<Strin
         .timeout(Duration::from_secs(15 * 60))
         .build()
         .map_err(|e| e.to_string())?;
-    let mut waits = Backoff::new(Duration::from_secs(1), 2.0, Duration::from_secs(30)).waits();
+    let backoff = Backoff::new(Duration::from_secs(1), 2.0, Duration::from_secs(30));
     let mut attempt = 1;
     loop {
         match download(&client, url, file, max_bytes) {
             Ok(hex) => return Ok(hex),
             Err((retryable, e)) if retryable && attempt < ATTEMPTS => {
-                let delay = waits.next().unwrap_or(Duration::from_secs(30));
+                let delay = backoff.after(attempt);
                 log(format!(
                     "download attempt {attempt} of {ATTEMPTS} failed ({}); retrying in {}s",
                     redact::urls(&e),

@@ -112,14 +112,14 @@ pub fn fetch(spec: &GitSpec, dest: &Path, credentials: &Credentials) -> Result<S
 }
 
 fn with_retries(mut attempt: impl FnMut() -> Result<String, CloneError>) -> Result<String, String> {
-    let mut waits = Backoff::new(Duration::from_secs(1), 2.0, Duration::from_secs(30)).waits();
+    let backoff = Backoff::new(Duration::from_secs(1), 2.0, Duration::from_secs(30));
     let mut n = 1;
     loop {
         match attempt() {
             Ok(v) => return Ok(v),
             Err(e) if n >= ATTEMPTS || !e.retry => return Err(e.message),
             Err(e) => {
-                let delay = waits.next().unwrap_or(Duration::from_secs(30));
+                let delay = backoff.after(n);
                 log(format!(
                     "git fetch attempt {n} of {ATTEMPTS} failed ({}); retrying in {}s",
                     redact::urls(&e.message),
