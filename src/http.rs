@@ -1,7 +1,7 @@
 //! The operator's HTTP endpoint: `/healthz` (the process is alive), `/readyz` (it has checked
 //! its CRDs and started; a standby replica is ready too) and `/metrics` (Prometheus text).
 
-use crate::metrics::Metrics;
+use crate::runtime::metrics::Metrics;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;

@@ -1,7 +1,7 @@
 //! Lease-based leader election: only the holder of the Lease reconciles. Losing the Lease stops
 //! every reconcile at once and campaigns again (see `lead` in main.rs), so two replicas never reconcile at once.
 
-use crate::config::Config;
+use crate::runtime::config::Config;
 use kube::Client;
 use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::watch;
@@ -32,7 +32,7 @@ pub async fn campaign(client: Client, config: &Config) -> anyhow::Result<Leaders
         .with_identity(&identity)
         .with_duration(duration)
         .with_grace((duration / 3).max(1))
-        .with_field_manager(crate::context::REPORTER)
+        .with_field_manager(crate::runtime::context::REPORTER)
         .build()
         .await?;
     info!(lease = %format!("{}/{}", config.lease_namespace, config.lease_name), %identity, "waiting for leadership");

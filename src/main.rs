@@ -1,19 +1,12 @@
 //! pulumi-operator: deploys Pulumi stacks declared as Kubernetes objects (the Pulumi
 //! Kubernetes Operator's API), running every stack operation as a Kubernetes Job.
 
-mod cached;
-mod config;
-mod context;
-mod controller;
-mod duration;
-mod error;
-mod events;
+mod controllers;
 mod http;
 mod leader;
 mod memory;
-mod merge;
-mod metrics;
-mod policy;
+mod program;
+mod runtime;
 mod source;
 mod stack;
 mod telemetry;
@@ -32,7 +25,7 @@ use tracing::{error, info, warn};
 fn main() -> ExitCode {
     // Before the runtime's threads exist.
     memory::limit_arenas();
-    let config = config::Config::parse();
+    let config = runtime::config::Config::parse();
     if let Err(e) = telemetry::init(&config) {
         eprintln!("pulumi-operator: {e:#}");
         return ExitCode::from(2);
@@ -56,7 +49,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(config: config::Config) -> anyhow::Result<()> {
+async fn run(config: runtime::config::Config) -> anyhow::Result<()> {
     info!(
         version = env!("CARGO_PKG_VERSION"),
         "starting pulumi-operator"
@@ -74,7 +67,7 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
-    let metrics = Arc::new(metrics::Metrics::default());
+    let metrics = Arc::new(runtime::metrics::Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone());
@@ -89,16 +82,16 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
     // exit: a restart loop would only add CrashLoopBackOff's minutes to the outage.
     let mut failures = 0;
     loop {
-        match controller::check_crds_installed(&client).await {
+        match controllers::check_crds_installed(&client).await {
             Ok(()) => break,
-            Err(controller::StartCheck::Missing(missing)) => {
+            Err(controllers::StartCheck::Missing(missing)) => {
                 shutdown.cancel();
                 anyhow::bail!(
                     "{missing}. Install the operator's CRDs first: `kubectl apply --server-side -k kustomize/base` \
                      installs everything, `kubectl apply --server-side -f crds/` only the CRDs."
                 );
             }
-            Err(controller::StartCheck::Unreachable(why)) => {
+            Err(controllers::StartCheck::Unreachable(why)) => {
                 failures += 1;
                 let wait = STARTUP_BACKOFF.after(failures);
                 tracing::warn!(retry_in = ?wait, "the API server is not answering yet: {why}");
@@ -113,7 +106,7 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
     config.runner_image = resolve_runner_image(&client, &config).await;
     info!(runner_image = %config.runner_image, "runner image");
     ready.store(true, Ordering::Relaxed);
-    let streaming_lists = controller::streaming_lists_supported(&client, &config).await;
+    let streaming_lists = controllers::streaming_lists_supported(&client, &config).await;
     info!(
         streaming_lists,
         "initial lists of the watches are {}",
@@ -123,7 +116,7 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
             "paginated"
         }
     );
-    let scope = controller::Scope {
+    let scope = controllers::Scope {
         client: client.clone(),
         config: config.clone(),
         metrics,
@@ -133,7 +126,7 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
     if config.leader_elect {
         lead(client, &config, scope, &shutdown).await;
     } else {
-        controller::run(scope, shutdown.clone()).await;
+        controllers::run(scope, shutdown.clone()).await;
     }
     shutdown.cancel();
     let _ = http.await;
@@ -155,8 +148,8 @@ const STARTUP_BACKOFF: pulumi_operator_api::backoff::Backoff =
 /// restart, so no CrashLoopBackOff delay before this replica can lead again.
 async fn lead(
     client: kube::Client,
-    config: &config::Config,
-    scope: controller::Scope,
+    config: &runtime::config::Config,
+    scope: controllers::Scope,
     shutdown: &CancellationToken,
 ) {
     let mut failures = 0;
@@ -195,7 +188,7 @@ async fn lead(
             }
             info!("became the leader: reconciling");
             let term = shutdown.child_token();
-            let mut controllers = Box::pin(controller::run(scope.clone(), term.clone()));
+            let mut controllers = Box::pin(controllers::run(scope.clone(), term.clone()));
             let lost = loop {
                 tokio::select! {
                     _ = &mut controllers => break false,
@@ -223,7 +216,7 @@ async fn lead(
 
 /// The runner image: the flag, else the image of the `runner` init container of the operator's
 /// own pod (so kustomize's `images:` sets both images in one place), else the built-in default.
-async fn resolve_runner_image(client: &kube::Client, config: &config::Config) -> String {
+async fn resolve_runner_image(client: &kube::Client, config: &runtime::config::Config) -> String {
     if !config.runner_image.is_empty() {
         return config.runner_image.clone();
     }
@@ -238,7 +231,7 @@ async fn resolve_runner_image(client: &kube::Client, config: &config::Config) ->
                     .and_then(|s| s.init_containers)
                     .into_iter()
                     .flatten()
-                    .find(|c| c.name == config::RUNNER_INIT_CONTAINER)
+                    .find(|c| c.name == runtime::config::RUNNER_INIT_CONTAINER)
                     .and_then(|c| c.image);
                 if let Some(image) = image {
                     return image;
@@ -249,7 +242,7 @@ async fn resolve_runner_image(client: &kube::Client, config: &config::Config) ->
             }
         }
     }
-    config::DEFAULT_RUNNER_IMAGE.to_string()
+    runtime::config::DEFAULT_RUNNER_IMAGE.to_string()
 }
 
 /// SIGTERM or SIGINT starts a graceful shutdown: reconciles in flight finish, the lease is

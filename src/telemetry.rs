@@ -1,6 +1,6 @@
 //! Structured logs through `tracing`, as text or JSON.
 
-use crate::config::{Config, LogFormat};
+use crate::runtime::config::{Config, LogFormat};
 use tracing_subscriber::EnvFilter;
 
 pub fn init(config: &Config) -> anyhow::Result<()> {

@@ -398,11 +398,14 @@ fn uses_github_app(stack: &Stack) -> bool {
 
 /// Whether the operator may exchange this Stack's GitHub App credentials at its GitHub API
 /// URL (only checked when the Stack uses a GitHub App).
-pub fn github_api_policy(stack: &Stack, policy: &crate::policy::Policy) -> Result<(), String> {
+pub fn github_api_policy(
+    stack: &Stack,
+    policy: &crate::runtime::policy::Policy,
+) -> Result<(), String> {
     if !uses_github_app(stack) {
         return Ok(());
     }
-    crate::policy::check_github_api_url(&github_api_url(stack), policy)
+    crate::runtime::policy::check_github_api_url(&github_api_url(stack), policy)
         .map_err(|e| format!("annotation {GITHUB_API_URL_ANNOTATION}: {e}"))
 }
 

@@ -13,7 +13,7 @@
 //! Only real calls are counted in `pulumi_operator_git_ls_remote_total{result}`.
 
 use super::pool::{host_of, Cancel, Limits, Pool};
-use crate::metrics::{Metrics, ResultLabels};
+use crate::runtime::metrics::{Metrics, ResultLabels};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};

@@ -18,23 +18,7 @@ const RUNNING: u8 = 0;
 const DONE: u8 = 1;
 const ABANDONED: u8 = 2;
 
-/// How many calls may run, in all and per host, and how long one may take.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    pub total: usize,
-    pub per_host: usize,
-    pub deadline: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Limits {
-        Limits {
-            total: 8,
-            per_host: 2,
-            deadline: Duration::from_secs(60),
-        }
-    }
-}
+pub use crate::runtime::config::GitRemoteLimits as Limits;
 
 /// Why a call gave no answer of its own.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

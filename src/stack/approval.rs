@@ -13,6 +13,9 @@ use crate::stack::objects::{
     build_update, short_hash, TRIGGER_GENERATION_ANNOTATION, TRIGGER_REQUEST_ANNOTATION,
     TRIGGER_REVISION_ANNOTATION,
 };
+pub use crate::update::plan::{
+    applied_plan, saves_plan, APPLIES_PLAN_ANNOTATION, SAVES_PLAN_ANNOTATION,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use pulumi_operator_api::{
@@ -22,45 +25,18 @@ use std::collections::BTreeMap;
 
 /// On a Stack: the id of the plan a person approves.
 pub const APPROVE_ANNOTATION: &str = "pulumi.com/approve-plan";
-/// Marks an Update as a preview that saves a plan for approval.
-pub const SAVES_PLAN_ANNOTATION: &str = "pulumi.com/saves-plan";
-/// On an `up`: the id of the approved plan it applies.
-pub const APPLIES_PLAN_ANNOTATION: &str = "pulumi.com/applies-plan";
 /// `Reconciling` while a plan waits for approval, and its Normal Event.
 pub const REASON_AWAITING_APPROVAL: &str = "AwaitingApproval";
 /// The Warning Event of an approval that names another plan than the pending one.
 pub const EVENT_APPROVAL_REFUSED: &str = "ApprovalRefused";
 /// The Normal Event of an approved plan whose `up` starts.
 pub const EVENT_PLAN_APPROVED: &str = "PlanApproved";
-/// An Update's failure reason when its saved or approved plan cannot be had.
-pub const REASON_PLAN_UNAVAILABLE: &str = "PlanUnavailable";
-/// The key of the plan in its Secret.
-pub const SAVED_PLAN_KEY: &str = "plan.json";
 /// The `--message` of a plan.
 pub const PLAN_MESSAGE: &str = "Plan for approval";
-
-/// The Secret that keeps the plan saved by the Update `plan`.
-pub fn saved_plan_secret_name(plan: &str) -> String {
-    format!("{plan}-saved-plan")
-}
 
 /// Whether the Stack's `up`s wait for approval.
 pub fn required(spec: &StackSpec) -> bool {
     spec.approval.as_ref().is_some_and(|a| a.required) && !spec.preview
-}
-
-/// Whether an Update is a preview that saves a plan for approval.
-pub fn saves_plan(update: &Update) -> bool {
-    update.annotations().contains_key(SAVES_PLAN_ANNOTATION)
-}
-
-/// The plan an `up` applies, if it applies one.
-pub fn applied_plan(update: &Update) -> Option<&str> {
-    update
-        .annotations()
-        .get(APPLIES_PLAN_ANNOTATION)
-        .map(String::as_str)
-        .filter(|p| !p.is_empty())
 }
 
 /// What an operation is due for: plans are valid only for what they were made for.

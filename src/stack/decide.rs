@@ -2,7 +2,7 @@
 //! (pko-reference §3.3–3.4) as one pure function of the spec, the status and the observed
 //! revision.
 
-use crate::duration::human;
+use crate::runtime::duration::human;
 use pulumi_operator_api::names;
 use pulumi_operator_api::{StackSpec, StackStatus, StackUpdateStateMessage, UpdateType};
 use std::time::Duration;

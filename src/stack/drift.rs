@@ -359,7 +359,7 @@ pub fn absorb_check(
         .annotations()
         .get(crate::stack::objects::TRIGGER_REVISION_ANNOTATION)
         .cloned();
-    if crate::stack::status::update_failed(update) {
+    if crate::update::status::update_failed(update) {
         let message = format!(
             "the drift check {name} failed: {}; kubectl logs job/{name}",
             result.message.unwrap_or_default()

@@ -10,6 +10,7 @@
 //! - a finished Update named by `status.currentUpdate` is absorbed, then its finalizer is
 //!   released; TTL, history pruning and `kubectl delete` cannot remove it earlier.
 
+pub use crate::runtime::owners::owned_by;
 use kube::ResourceExt;
 use pulumi_operator_api::{names, Update};
 
@@ -25,19 +26,11 @@ pub enum InFlight {
     Absorb { name: String },
 }
 
-/// Whether `update` was created by (is controlled by) the Stack with this UID.
-pub fn owned_by(update: &Update, stack_uid: &str) -> bool {
-    update
-        .owner_references()
-        .iter()
-        .any(|o| o.kind == "Stack" && o.controller == Some(true) && o.uid == stack_uid)
-}
-
 /// The decision. `current` is the Update `status.currentUpdate` names, if it exists (looked
 /// up in the cache, else on the API server); `owned` are the Stack's Updates from the cache.
 pub fn in_flight(current: Option<&Update>, owned: &[&Update]) -> InFlight {
     if let Some(u) = current {
-        return if crate::stack::status::update_complete(u) {
+        return if crate::update::status::update_complete(u) {
             InFlight::Absorb { name: u.name_any() }
         } else {
             InFlight::Busy {
@@ -48,7 +41,7 @@ pub fn in_flight(current: Option<&Update>, owned: &[&Update]) -> InFlight {
     }
     let mut unfinished: Vec<&&Update> = owned
         .iter()
-        .filter(|u| !crate::stack::status::update_complete(u))
+        .filter(|u| !crate::update::status::update_complete(u))
         .collect();
     // There is never more than one; if there were, the oldest is the one to wait for first.
     unfinished.sort_by_key(|u| {
@@ -71,7 +64,7 @@ pub fn in_flight(current: Option<&Update>, owned: &[&Update]) -> InFlight {
 pub fn releasable(owned: &[&Update], keep: Option<&str>) -> Vec<String> {
     owned
         .iter()
-        .filter(|u| crate::stack::status::update_complete(u))
+        .filter(|u| crate::update::status::update_complete(u))
         .filter(|u| u.finalizers().iter().any(|f| f == names::FINALIZER))
         .map(|u| u.name_any())
         .filter(|n| Some(n.as_str()) != keep)

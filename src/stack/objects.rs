@@ -16,22 +16,16 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
-/// Annotations through which a Stack passes options PKO's Update spec has no field for.
-pub const RETRY_ON_CONFLICT_ANNOTATION: &str = "pulumi.com/retry-on-update-conflict";
-pub const EXPECT_NO_REFRESH_CHANGES_ANNOTATION: &str = "pulumi.com/expect-no-refresh-changes";
-/// An earlier operation of the Stack succeeded, so its Pulumi stack exists: the runner skips
-/// `stack select` (one CLI process) and creates the stack only if it is gone after all.
-pub const STACK_EXISTS_ANNOTATION: &str = "pulumi.com/stack-exists";
-/// The generation of the Workspace an Update was created against: its Job is built from that
-/// Workspace or a newer one, never from an older cached copy.
-pub const WORKSPACE_GENERATION_ANNOTATION: &str = "pulumi.com/workspace-generation";
+use crate::program::PROGRAM_SCHEME;
+use crate::update::annotations::{
+    EXPECT_NO_REFRESH_CHANGES_ANNOTATION, RETRY_ON_CONFLICT_ANNOTATION, STACK_EXISTS_ANNOTATION,
+};
+
 /// What triggered an Update, recorded on it so that a Stack whose status lost track of it (a
 /// crash between creating it and writing `status.currentUpdate`) can adopt it.
 pub const TRIGGER_GENERATION_ANNOTATION: &str = "pulumi.com/stack-generation";
 pub const TRIGGER_REQUEST_ANNOTATION: &str = "pulumi.com/stack-reconcile-request";
 pub const TRIGGER_REVISION_ANNOTATION: &str = "pulumi.com/stack-revision";
-/// Program sources are referenced from the Workspace with this URL scheme.
-pub const PROGRAM_SCHEME: &str = "program://";
 
 const CONFIGMAP_MOUNT_ROOT: &str = "/var/run/configmaps/stacks.pulumi.com/configmaps";
 const SECRET_MOUNT_ROOT: &str = "/var/run/secrets/stacks.pulumi.com/secrets";
@@ -302,7 +296,7 @@ fn workspace_source(
 pub fn workspace_policy(
     namespace: &str,
     ws: &Workspace,
-    policy: &crate::policy::Policy,
+    policy: &crate::runtime::policy::Policy,
 ) -> Result<(), String> {
     let mut pod = json!({
         "serviceAccountName": ws.spec.service_account_name.clone()
@@ -310,9 +304,9 @@ pub fn workspace_policy(
             .unwrap_or_else(|| names::DEFAULT_SERVICE_ACCOUNT.into()),
     });
     if let Some(user) = ws.spec.pod_template.as_ref().and_then(|t| t.spec.as_ref()) {
-        crate::merge::merge(&mut pod, user);
+        crate::runtime::merge::merge(&mut pod, user);
     }
-    crate::policy::check_pod(namespace, &pod, policy)
+    crate::runtime::policy::check_pod(namespace, &pod, policy)
 }
 
 /// The Workspace of a Stack: image, identity, environment, source at the resolved revision,
@@ -402,7 +396,7 @@ fn overlay_workspace(base: &mut WorkspaceSpec, patch: &WorkspaceSpec) {
     if let Some(obj) = p.as_object_mut() {
         obj.remove("stacks");
     }
-    crate::merge::merge(&mut b, &p);
+    crate::runtime::merge::merge(&mut b, &p);
     if let Ok(merged) = serde_json::from_value(b) {
         *base = merged;
     }
@@ -544,7 +538,7 @@ pub fn build_update(stack: &Stack, kind: UpdateType, reason: &str, revision: &st
                     obj.remove(k);
                 }
             }
-            crate::merge::merge(&mut b, &p);
+            crate::runtime::merge::merge(&mut b, &p);
             if let Ok(s) = serde_json::from_value(b) {
                 update.spec = s;
             }
@@ -576,7 +570,7 @@ mod tests {
             "metadata": {"name": "web", "namespace": "apps", "uid": "u-1", "generation": 3},
             "spec": {"stack": "org/web/dev"}
         });
-        crate::merge::merge(&mut base, &json!({"spec": extra}));
+        crate::runtime::merge::merge(&mut base, &json!({"spec": extra}));
         serde_json::from_value(base).unwrap()
     }
 

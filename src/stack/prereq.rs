@@ -1,7 +1,7 @@
 //! Prerequisites (pko-reference §3.7) and the bounded history of finished Updates, as pure
 //! functions.
 
-use crate::stack::status::update_complete;
+use crate::update::status::update_complete;
 use kube::ResourceExt;
 use pulumi_operator_api::names;
 use pulumi_operator_api::{

@@ -1,6 +1,7 @@
 //! Stack status, as PKO writes it: folding a finished Update into `lastUpdate` and `outputs`,
 //! and the Ready / Reconciling / Stalled conditions (pko-reference §2).
 
+use crate::update::status::{update_condition, update_failed};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::ByteString;
 use pulumi_operator_api::names;
@@ -238,27 +239,6 @@ pub fn secret_keys(annotation: Option<&str>) -> BTreeSet<String> {
         .unwrap_or_default()
         .into_iter()
         .collect()
-}
-
-/// Whether an Update has finished (`Complete=True`).
-pub fn update_complete(update: &Update) -> bool {
-    update_condition(update, names::CONDITION_COMPLETE)
-        .is_some_and(|c| c.status == names::STATUS_TRUE)
-}
-
-pub fn update_failed(update: &Update) -> bool {
-    update_condition(update, names::CONDITION_FAILED)
-        .is_some_and(|c| c.status == names::STATUS_TRUE)
-}
-
-fn update_condition<'a>(update: &'a Update, kind: &str) -> Option<&'a Condition> {
-    update
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == kind)
 }
 
 /// Folds a finished Update into the status (PKO's `markStackFailed` / `markStackSucceeded`):

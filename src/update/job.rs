@@ -3,9 +3,9 @@
 //! into the `share` volume) and `fetch` (puts the program in `/share/workspace`), then the
 //! `pulumi` container running the copied runner in the Workspace's image.
 
-use crate::stack::objects::{
-    EXPECT_NO_REFRESH_CHANGES_ANNOTATION, PROGRAM_SCHEME, RETRY_ON_CONFLICT_ANNOTATION,
-    STACK_EXISTS_ANNOTATION,
+use crate::program::PROGRAM_SCHEME;
+use crate::update::annotations::{
+    EXPECT_NO_REFRESH_CHANGES_ANNOTATION, RETRY_ON_CONFLICT_ANNOTATION, STACK_EXISTS_ANNOTATION,
 };
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
@@ -201,7 +201,7 @@ pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, String> {
         remove: s.remove.unwrap_or(false),
         run_program: s.run_program,
         retry_on_update_conflict: annotation(RETRY_ON_CONFLICT_ANNOTATION),
-        save_plan: operation == Operation::Preview && crate::stack::approval::saves_plan(update),
+        save_plan: operation == Operation::Preview && crate::update::plan::saves_plan(update),
     };
     let name = update.name_any();
     let secret = secret_env(ws);
@@ -227,9 +227,9 @@ pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, String> {
         secret_env_dirs: (0..secret.whole_secrets.len())
             .map(plan::secret_env_dir)
             .collect(),
-        dependency_cache: crate::workspace::cache::dependency_cache_dir(
+        dependency_cache: crate::update::cache::dependency_cache_dir(
             ws,
-            crate::workspace::cache::mounts_retained_cache(ws),
+            crate::update::cache::mounts_retained_cache(ws),
         ),
         conflict_retry_delay_ms: None,
     })
@@ -644,20 +644,20 @@ fn merge_pod_template(
     let pulumi_env_json = serde_json::to_value(pulumi_env_var())?;
     let mut pod_spec = serde_json::to_value(ours)?;
     // workspaceReclaimPolicy Retain: the retained workspace's cache at PULUMI_HOME.
-    crate::workspace::cache::retained_cache(ws, &mut pod_spec);
+    crate::update::cache::retained_cache(ws, &mut pod_spec);
     let mut pod_meta = json!({"labels": labels});
     if let Some(template) = &spec.pod_template {
         if let Some(user) = &template.spec {
-            crate::merge::merge(&mut pod_spec, user);
+            crate::runtime::merge::merge(&mut pod_spec, user);
         }
         if let Some(meta) = &template.metadata {
             let mut m = serde_json::to_value(meta)?;
-            crate::merge::merge(&mut m, &pod_meta);
+            crate::runtime::merge::merge(&mut m, &pod_meta);
             pod_meta = m;
         }
     }
     // The template's `dependency-cache` volume, where the runner keeps installed dependencies.
-    crate::workspace::cache::add_dependency_cache_mount(&mut pod_spec);
+    crate::update::cache::add_dependency_cache_mount(&mut pod_spec);
     // User init containers (e.g. writing $PULUMI_ENV) see the share volume and PULUMI_ENV too.
     if let Some(inits) = pod_spec["initContainers"].as_array_mut() {
         for c in inits.iter_mut() {

@@ -1,7 +1,7 @@
 //! Update status from what Kubernetes and the runner report: the Job, its pod (container
 //! states and the runner's result in the termination message). Pure: the I/O loop feeds it.
 
-use crate::cached::{CachedContainerStatus, CachedJob as Job, CachedPod as Pod};
+use crate::runtime::cached::{CachedContainerStatus, CachedJob as Job, CachedPod as Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use pulumi_operator_api::names;
 use pulumi_operator_api::plan::{Outcome, RunResult, MAX_REPORTED_CHANGES};
@@ -500,7 +500,7 @@ pub fn start_failure(waiting: &NotStarted, warning: Option<(String, String)>) ->
             reason: reason.clone(),
             message: format!(
                 "{subject} in {}: {reason}: {message}",
-                crate::duration::human_secs(waiting.seconds)
+                crate::runtime::duration::human_secs(waiting.seconds)
             ),
             result: None,
             end: None,
@@ -509,7 +509,7 @@ pub fn start_failure(waiting: &NotStarted, warning: Option<(String, String)>) ->
             reason: "StartTimeout".into(),
             message: format!(
                 "{subject} in {} and Kubernetes gave no reason (see kubectl describe)",
-                crate::duration::human_secs(waiting.seconds)
+                crate::runtime::duration::human_secs(waiting.seconds)
             ),
             result: None,
             end: None,
@@ -747,6 +747,29 @@ pub fn status_for(
             .collect(),
     );
     st
+}
+
+/// Whether an Update has finished (`Complete=True`).
+pub fn update_complete(update: &Update) -> bool {
+    update_condition(update, names::CONDITION_COMPLETE)
+        .is_some_and(|c| c.status == names::STATUS_TRUE)
+}
+
+/// Whether an Update has failed (`Failed=True`).
+pub fn update_failed(update: &Update) -> bool {
+    update_condition(update, names::CONDITION_FAILED)
+        .is_some_and(|c| c.status == names::STATUS_TRUE)
+}
+
+/// The Update's condition of this type, if set.
+pub fn update_condition<'a>(update: &'a Update, kind: &str) -> Option<&'a Condition> {
+    update
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == kind)
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
-//! Retained workspaces (`workspaceReclaimPolicy: Retain`), as pure builders: the StatefulSet
-//! that keeps a warm workspace pod, its plan Secret, and what an update Job adds to use the
-//! workspace's cache.
+//! The Workspace controller: retained workspaces (`workspaceReclaimPolicy: Retain`). `reconcile`
+//! applies the StatefulSet that keeps a warm workspace pod and its plan Secret; `statefulset`
+//! builds them (pure) from the update Job's pod shape.
 
-pub mod cache;
+pub mod reconcile;
 pub mod statefulset;

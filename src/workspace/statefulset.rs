@@ -16,11 +16,11 @@
 //! The pod template is the update Job's own pod template (`build_job`), so every
 //! `workspaceTemplate` customization applies to both in the same way.
 
-use crate::update::job::{build_job, build_plan, JobConfig};
-pub use crate::workspace::cache::{
+pub use crate::update::cache::{
     add_cache_mount, cache_claim_name, pod_name, selector_labels, statefulset_name, CACHE_SIZE,
     CACHE_VOLUME,
 };
+use crate::update::job::{build_job, build_plan, JobConfig};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Resource, ResourceExt};
@@ -107,7 +107,7 @@ pub fn build_workspace_plan(ws: &Workspace) -> Result<WorkspacePlan, String> {
     p.outputs_labels.clear();
     p.options = OperationOptions::default();
     // The workspace pod always mounts its cache claim.
-    p.dependency_cache = super::cache::dependency_cache_dir(ws, true);
+    p.dependency_cache = crate::update::cache::dependency_cache_dir(ws, true);
     if let Some(Source::Program { file }) = p.source.as_mut() {
         *file = format!("{}/{}", plan::PLAN_DIR, plan::WORKSPACE_PROGRAM_KEY);
     }
@@ -292,7 +292,7 @@ mod tests {
                 "secrets": {"token": "do-not-leak-3f1"},
             }
         });
-        crate::merge::merge(&mut v, &extra);
+        crate::runtime::merge::merge(&mut v, &extra);
         serde_json::from_value(v).unwrap()
     }
 

@@ -1,9 +1,10 @@
 //! Remotes that accept a connection and never answer ("black holes") must not hold reconciles,
 //! take the whole pool, or keep their slot past the deadline.
 
-use super::poll::{Answer, Need, Poller};
-use super::pool::{Cancel, Limits};
-use super::{branch_head, git};
+use crate::source::git;
+use crate::source::poll::{Answer, Need, Poller};
+use crate::source::pool::{Cancel, Limits};
+use crate::stack::source::branch_head;
 use pulumi_gitauth::Credentials;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};

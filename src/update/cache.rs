@@ -58,7 +58,7 @@ pub fn retained_cache(ws: &Workspace, pod_spec: &mut Value) {
     add_cache_mount(pod_spec);
     let term = json!({"labelSelector": {"matchLabels": selector_labels(&name)},
                       "topologyKey": "kubernetes.io/hostname"});
-    crate::merge::merge(
+    crate::runtime::merge::merge(
         pod_spec,
         &json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}}),
     );

@@ -15,16 +15,17 @@
 //! It never waits for a Pulumi run: it creates an Update and returns; the Update's completion
 //! triggers the next reconcile.
 
-use crate::context::Context;
-use crate::error::{Error, Result};
-use crate::metrics::{StackLabels, UpdateLabels};
-use crate::source::{self, ResolveError, Resolved};
+use crate::runtime::context::Context;
+use crate::runtime::error::{Error, Result};
+use crate::runtime::finalizer::remove_finalizer;
+use crate::runtime::metrics::{StackLabels, UpdateLabels};
 use crate::stack::approval;
 use crate::stack::decide::{decide, Decision, Limits, Observed};
 use crate::stack::drift::{self, Finding};
 use crate::stack::inflight::{in_flight, owned_by, releasable, InFlight};
 use crate::stack::objects::{build_update, build_workspace, trigger_of, ResolvedSource};
 use crate::stack::prereq;
+use crate::stack::source::{self, ResolveError, Resolved};
 use crate::stack::status::{self, absorb, mark_reconciling, mark_result, mark_stalled};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -137,7 +138,7 @@ pub async fn reconcile_guarded(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<A
         }
         Ok(result) => result,
         Err(panic) => {
-            let what = crate::error::panic_text(panic.as_ref());
+            let what = crate::runtime::error::panic_text(panic.as_ref());
             tracing::error!("reconcile panicked: {what}");
             let message = format!(
                 "the operator hit an internal error on this Stack (a bug, please report it) and \
@@ -440,7 +441,7 @@ impl<'a> Pass<'a> {
             self.absorbed = Some(Arc::new(update.clone()));
             return Ok(());
         }
-        let failed = status::update_failed(update);
+        let failed = crate::update::status::update_failed(update);
         if approval::saves_plan(update) && !failed {
             // A saved plan deployed nothing: it waits for approval, `lastUpdate` is untouched.
             // A failed one is `lastUpdate` (below), so that the usual backoff applies.
@@ -508,7 +509,7 @@ impl<'a> Pass<'a> {
             release_update(self.ctx, &self.ns, &update.name_any(), Some(update)).await;
             return;
         }
-        let failed = status::update_failed(update);
+        let failed = crate::update::status::update_failed(update);
         record_finished_update(self.ctx, update);
         if failed {
             let msg = update
@@ -637,7 +638,7 @@ impl<'a> Pass<'a> {
             Ok(Resolved::Pending { message }) => {
                 info!(%message, "source pending");
                 self.source_pending(&message);
-                Err(crate::controller::requeue(SOURCE_PENDING_REQUEUE))
+                Err(crate::runtime::requeue(SOURCE_PENDING_REQUEUE))
             }
             Err(ResolveError { reason, message }) => {
                 warn!(%message, %reason, "source unavailable");
@@ -655,7 +656,7 @@ impl<'a> Pass<'a> {
                     );
                 }
                 // Secrets and remotes are not watched: look again later.
-                Err(crate::controller::requeue(SOURCE_UNAVAILABLE_REQUEUE))
+                Err(crate::runtime::requeue(SOURCE_UNAVAILABLE_REQUEUE))
             }
         }
     }
@@ -762,7 +763,10 @@ impl<'a> Pass<'a> {
                             .try_into()
                             .unwrap_or(Duration::from_secs(1));
                         (
-                            format!("opens at {at} (in {})", crate::duration::human(wait)),
+                            format!(
+                                "opens at {at} (in {})",
+                                crate::runtime::duration::human(wait)
+                            ),
                             Some(wait.max(Duration::from_secs(1))),
                         )
                     }
@@ -794,7 +798,7 @@ impl<'a> Pass<'a> {
                     .await;
                 }
                 return Ok(requeue
-                    .map(crate::controller::requeue)
+                    .map(crate::runtime::requeue)
                     .unwrap_or_else(Action::await_change));
             }
         }
@@ -822,7 +826,7 @@ impl<'a> Pass<'a> {
             warn!(%why, "not allowed");
             self.stall_once(names::REASON_NOT_ALLOWED, &why, names::REASON_NOT_ALLOWED)
                 .await;
-            return Ok(crate::controller::requeue(REJECTED_REQUEUE));
+            return Ok(crate::runtime::requeue(REJECTED_REQUEUE));
         }
         if !self.deleting {
             if let Some(message) = self.missing_references(&workspace).await? {
@@ -833,7 +837,7 @@ impl<'a> Pass<'a> {
                     REASON_REFERENCE_NOT_FOUND,
                 )
                 .await;
-                return Ok(crate::controller::requeue(SOURCE_UNAVAILABLE_REQUEUE));
+                return Ok(crate::runtime::requeue(SOURCE_UNAVAILABLE_REQUEUE));
             }
         }
         // Names derive from the status as this reconcile sees it (after absorbing).
@@ -868,7 +872,7 @@ impl<'a> Pass<'a> {
         // The claim: written only if the Stack is still the one this decision was made on.
         if !self.save_guarded().await? {
             info!(update = %update_name, "the stack changed since it was read; deciding again");
-            return Ok(crate::controller::requeue(CLAIM_CONFLICT_REQUEUE));
+            return Ok(crate::runtime::requeue(CLAIM_CONFLICT_REQUEUE));
         }
         match start_update(self.ctx, &view, &workspace, update).await {
             Ok(()) => {}
@@ -986,7 +990,7 @@ impl<'a> Pass<'a> {
         let now = std::time::Instant::now();
         let seen = &self.ctx.recently_seen;
         for r in required(ws) {
-            if let Some(keys) = seen.get(&r.kind, &self.ns, &r.name, now) {
+            if let Some(keys) = seen.get(r.kind.as_str(), &self.ns, &r.name, now) {
                 if r.key.as_ref().is_none_or(|k| keys.contains(k)) {
                     continue;
                 }
@@ -1000,7 +1004,7 @@ impl<'a> Pass<'a> {
                         Api::namespaced(client.clone(), &self.ns);
                     let exists = api.get_opt(&r.name).await?.is_some();
                     if exists {
-                        seen.put(&r.kind, &self.ns, &r.name, Vec::new(), now);
+                        seen.put(r.kind.as_str(), &self.ns, &r.name, Vec::new(), now);
                     }
                     (exists, true)
                 }
@@ -1015,7 +1019,7 @@ impl<'a> Pass<'a> {
                                 cm.binary_data.as_ref().map(|d| d.keys().collect()),
                             ));
                             let has = r.key.as_ref().is_none_or(|k| keys.contains(k));
-                            seen.put(&r.kind, &self.ns, &r.name, keys, now);
+                            seen.put(r.kind.as_str(), &self.ns, &r.name, keys, now);
                             (true, has)
                         }
                     }
@@ -1032,7 +1036,7 @@ impl<'a> Pass<'a> {
                                 secret.string_data.as_ref().map(|d| d.keys().collect()),
                             ));
                             let has = r.key.as_ref().is_none_or(|k| keys.contains(k));
-                            seen.put(&r.kind, &self.ns, &r.name, keys, now);
+                            seen.put(r.kind.as_str(), &self.ns, &r.name, keys, now);
                             (true, has)
                         }
                     }
@@ -1064,7 +1068,7 @@ impl<'a> Pass<'a> {
                 self.generation,
                 &self.now,
             );
-            return Ok(crate::controller::requeue(SOURCE_UNAVAILABLE_REQUEUE));
+            return Ok(crate::runtime::requeue(SOURCE_UNAVAILABLE_REQUEUE));
         }
         let message = format!(
             "the API server refused the objects of operation {update}: {} (HTTP {}); fix the \
@@ -1078,7 +1082,7 @@ impl<'a> Pass<'a> {
             names::EVENT_STACK_CONFIG_INVALID,
         )
         .await;
-        Ok(crate::controller::requeue(REJECTED_REQUEUE))
+        Ok(crate::runtime::requeue(REJECTED_REQUEUE))
     }
 
     // ---- phase 7: report and writes --------------------------------------------------
@@ -1243,58 +1247,6 @@ async fn release_update(ctx: &Context, ns: &str, name: &str, seen: Option<&Updat
     }
 }
 
-/// Removes `finalizer.stack.pulumi.com` from an object by a JSON patch that tests the entry.
-/// `seen` (the cached object) saves reading it first; when the cache was behind, the test
-/// fails and the object is read.
-pub async fn remove_finalizer<K>(api: &Api<K>, name: &str, seen: Option<&K>) -> Result<()>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    if let Some(obj) = seen {
-        match patch_out_finalizer(api, name, obj).await {
-            Ok(()) => return Ok(()),
-            Err(Error::Kube(kube::Error::Api(e))) if e.code != 404 => {
-                tracing::debug!(
-                    "the cached finalizers were stale ({}); reading the object",
-                    e.message
-                );
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    let Some(current) = api.get_opt(name).await? else {
-        return Ok(());
-    };
-    patch_out_finalizer(api, name, &current).await
-}
-
-async fn patch_out_finalizer<K>(api: &Api<K>, name: &str, obj: &K) -> Result<()>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let Some(index) = obj
-        .meta()
-        .finalizers
-        .iter()
-        .flatten()
-        .position(|f| f == names::FINALIZER)
-    else {
-        return Ok(());
-    };
-    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
-        {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": names::FINALIZER},
-        {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
-    ]))?;
-    match api
-        .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
 fn update_metrics(ctx: &Context, stack: &Stack, status: &StackStatus) {
     let labels = StackLabels {
         namespace: stack.namespace().unwrap_or_default(),
@@ -1377,7 +1329,7 @@ fn record_finished_update(ctx: &Context, update: &Update) {
         .as_ref()
         .map(|t| t.as_str().to_string())
         .unwrap_or_default();
-    let result = if status::update_failed(update) {
+    let result = if crate::update::status::update_failed(update) {
         "failed"
     } else {
         "succeeded"
@@ -1541,7 +1493,7 @@ async fn start_update(
         .annotations
         .get_or_insert_with(Default::default)
         .insert(
-            crate::stack::objects::WORKSPACE_GENERATION_ANNOTATION.to_string(),
+            crate::update::annotations::WORKSPACE_GENERATION_ANNOTATION.to_string(),
             applied.metadata.generation.unwrap_or(0).to_string(),
         );
     let updates: Api<Update> = Api::namespaced(ctx.client.clone(), &ns);

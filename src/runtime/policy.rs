@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-/// The administrator's limits (from [`crate::config::Config`]).
+/// The administrator's limits (from [`crate::runtime::config::Config`]).
 #[derive(Clone, Debug, Default)]
 pub struct Policy {
     /// The operator's own namespace: operations never run there unless allowed.

@@ -1,16 +1,10 @@
-//! The Program controller: renders each Program into the Pulumi.yaml that its Stacks run,
-//! and publishes its sha256 digest as a Flux-style `status.artifact`, as PKO does.
+//! A Program rendered (pure): the Pulumi.yaml its Stacks run, its sha256 digest, and the
+//! Flux-style `status.artifact` PKO publishes for it.
 
-use crate::context::Context;
-use crate::error::{Error, Result};
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::Action;
-use kube::ResourceExt;
-use pulumi_operator_api::{Artifact, Program, ProgramDefinition, ProgramStatus};
+use crate::runtime::error::Result;
+use pulumi_operator_api::{Artifact, ProgramDefinition, ProgramStatus};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use std::sync::Arc;
-use tracing::info;
 
 /// The Pulumi.yaml of a Program: project name = the Program's name, runtime `yaml`.
 #[derive(Serialize)]
@@ -65,44 +59,6 @@ pub fn status_current(status: Option<&ProgramStatus>, generation: i64, digest: &
         s.observed_generation == Some(generation)
             && s.artifact.as_ref().and_then(|a| a.digest.as_deref()) == Some(digest)
     })
-}
-
-pub async fn reconcile(program: Arc<Program>, ctx: Arc<Context>) -> Result<Action> {
-    let namespace = program
-        .namespace()
-        .ok_or(Error::MissingField("metadata.namespace"))?;
-    let name = program.name_any();
-    let generation = program.metadata.generation.unwrap_or(0);
-    let rendered = render_project(&name, program.spec.program.as_ref())?;
-    let artifact = artifact(
-        &namespace,
-        &name,
-        generation,
-        &rendered,
-        jiff::Timestamp::now(),
-    );
-    let digest = artifact.digest.clone().unwrap_or_default();
-    if status_current(program.status.as_ref(), generation, &digest) {
-        return Ok(Action::await_change());
-    }
-    let status = ProgramStatus {
-        observed_generation: Some(generation),
-        artifact: Some(artifact),
-    };
-    let patch = serde_json::json!({
-        "apiVersion": "pulumi.com/v1",
-        "kind": "Program",
-        "status": status,
-    });
-    let api: Api<Program> = Api::namespaced(ctx.client.clone(), &namespace);
-    api.patch_status(
-        &name,
-        &PatchParams::apply(pulumi_operator_api::names::FIELD_MANAGER_PROGRAM_STATUS).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    info!(%digest, generation, "program artifact published");
-    Ok(Action::await_change())
 }
 
 #[cfg(test)]

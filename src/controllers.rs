@@ -1,16 +1,11 @@
-//! The controllers and how they run: one kube-runtime `Controller` per kind (per watched
+//! The wiring: the controllers and how they run: one kube-runtime `Controller` per kind (per watched
 //! namespace), bounded concurrency, errors backed off per object, graceful shutdown.
 
-pub mod gate;
-pub mod index;
-pub mod program;
-pub mod stack;
-pub mod update;
-pub mod workspace;
-
-use crate::cached::{CachedJob, CachedPod};
-use crate::context::{Context, Stores};
-use crate::error::{backoff, Error};
+use crate::runtime::cached::{CachedJob, CachedPod};
+use crate::runtime::context::{Context, Stores};
+use crate::runtime::error::{backoff, Error};
+use crate::runtime::{gate, index, requeue};
+use crate::{program, stack, update, workspace};
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
@@ -91,7 +86,7 @@ pub async fn check_crds_installed(client: &kube::Client) -> Result<(), StartChec
 /// it and never sends the bookmark that ends the initial events.
 pub async fn streaming_lists_supported(
     client: &kube::Client,
-    config: &crate::config::Config,
+    config: &crate::runtime::config::Config,
 ) -> bool {
     use kube::api::{WatchEvent, WatchParams};
     let namespaces = config.watched_namespaces();
@@ -128,36 +123,6 @@ pub async fn streaming_lists_supported(
     tokio::time::timeout(Duration::from_secs(10), probe)
         .await
         .unwrap_or(false)
-}
-
-/// The Stack that controls `obj` (matched by UID): from the cache, else from the API server.
-/// Callers delete or release things when there is none, so "none" must not be a cache that has
-/// not caught up yet.
-pub async fn owning_stack<K: Resource>(
-    ctx: &Context,
-    obj: &K,
-) -> Result<Option<Arc<Stack>>, Error> {
-    let ns = obj.meta().namespace.clone().unwrap_or_default();
-    let Some(owner) = obj
-        .meta()
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.kind == "Stack" && o.controller == Some(true))
-    else {
-        return Ok(None);
-    };
-    let same = |s: &Stack| s.uid().as_deref() == Some(owner.uid.as_str());
-    if let Some(s) = ctx
-        .stores
-        .stacks
-        .get(&ObjectRef::new(&owner.name).within(&ns))
-        .filter(|s| same(s))
-    {
-        return Ok(Some(s));
-    }
-    let api: Api<Stack> = Api::namespaced(ctx.client.clone(), &ns);
-    Ok(api.get_opt(&owner.name).await?.filter(same).map(Arc::new))
 }
 
 /// What the gate needs of a reconciled object: its newest cached copy, and whether it waits
@@ -275,7 +240,7 @@ impl Future for OwnTask {
             .map(|ended| match ended {
                 Ok(result) => result,
                 // Panics are caught inside (`run_turn`); an aborted task is being shut down.
-                Err(e) if e.is_panic() => Err(Error::Panicked(crate::error::panic_text(
+                Err(e) if e.is_panic() => Err(Error::Panicked(crate::runtime::error::panic_text(
                     e.into_panic().as_ref(),
                 ))),
                 Err(_) => Ok(Action::await_change()),
@@ -348,7 +313,7 @@ where
     {
         Ok(result) => result,
         Err(panic) => {
-            let what = crate::error::panic_text(panic.as_ref());
+            let what = crate::runtime::error::panic_text(panic.as_ref());
             tracing::error!(controller, namespace = %object.namespace.clone().unwrap_or_default(),
                             name = %object.name.clone().unwrap_or_default(),
                             "reconcile panicked: {what}");
@@ -402,8 +367,8 @@ fn is_conflict(error: &Error) -> bool {
 #[derive(Clone)]
 pub struct Scope {
     pub client: kube::Client,
-    pub config: crate::config::Config,
-    pub metrics: Arc<crate::metrics::Metrics>,
+    pub config: crate::runtime::config::Config,
+    pub metrics: Arc<crate::runtime::metrics::Metrics>,
     /// Initial lists come as streamed watch events (see [`streaming_lists_supported`]).
     pub streaming_lists: bool,
 }
@@ -739,7 +704,7 @@ fn run_in(
         })
         .graceful_shutdown_on(cancelled(shutdown.clone()))
         .run(
-            |o, c| instrumented("stack", o, c, stack::reconcile_guarded),
+            |o, c| instrumented("stack", o, c, stack::reconcile::reconcile_guarded),
             error_policy::<Stack>("stack"),
             ctx.clone(),
         )
@@ -789,13 +754,13 @@ fn run_in(
                     &w.name_any(),
                 )
                 .iter()
-                .filter(|u| !crate::stack::status::update_complete(u))
+                .filter(|u| !crate::update::status::update_complete(u))
                 .map(|u| ObjectRef::from(u.as_ref()))
                 .collect::<Vec<_>>()
         })
         .graceful_shutdown_on(cancelled(shutdown.clone()))
         .run(
-            |o, c| instrumented("update", o, c, update::reconcile),
+            |o, c| instrumented("update", o, c, update::reconcile::reconcile),
             error_policy::<Update>("update"),
             ctx.clone(),
         )
@@ -832,7 +797,7 @@ fn run_in(
         sts_events.filter_map(move |s: Arc<StatefulSet>| async move { by_workspace(s.as_ref()) });
     let claim_triggers = claim_events
         .filter_map(move |c: Arc<PersistentVolumeClaim>| async move { by_workspace(c.as_ref()) });
-    let retained = Arc::new(workspace::RetainedStores {
+    let retained = Arc::new(workspace::reconcile::RetainedStores {
         statefulsets: statefulsets.clone(),
         claims: claims.clone(),
     });
@@ -850,7 +815,7 @@ fn run_in(
             move |o, c| {
                 let retained = retained.clone();
                 instrumented("workspace", o, c, move |o, c| {
-                    workspace::reconcile(o, c, retained)
+                    workspace::reconcile::reconcile(o, c, retained)
                 })
             },
             error_policy::<Workspace>("workspace"),
@@ -863,7 +828,7 @@ fn run_in(
         .with_config(config)
         .graceful_shutdown_on(cancelled(shutdown.clone()))
         .run(
-            |o, c| instrumented("program", o, c, program::reconcile),
+            |o, c| instrumented("program", o, c, program::reconcile::reconcile),
             error_policy::<Program>("program"),
             ctx,
         )
@@ -940,15 +905,6 @@ where
         }
         stored.is_some_and(|o| o.uid() == obj.uid())
     }
-}
-
-/// Longest requeue: a far-away resync or TTL is re-checked daily instead of overflowing the
-/// timer (a user's `resyncFrequencySeconds` can be as large as i64 allows).
-pub const MAX_REQUEUE: Duration = Duration::from_secs(24 * 3600);
-
-/// `Action::requeue`, bounded by [`MAX_REQUEUE`].
-pub fn requeue(after: Duration) -> Action {
-    Action::requeue(after.min(MAX_REQUEUE))
 }
 
 /// The Stacks (in namespace `ns`, or all) that waited for a branch head that was just read.
@@ -1092,13 +1048,13 @@ mod tests {
         }
         let sizes = [
             future_size(|o: Arc<Stack>, c: Arc<Context>| {
-                wait_then_run("stack", o, c, stack::reconcile_guarded)
+                wait_then_run("stack", o, c, stack::reconcile::reconcile_guarded)
             }),
             future_size(|o: Arc<Update>, c: Arc<Context>| {
-                wait_then_run("update", o, c, update::reconcile)
+                wait_then_run("update", o, c, update::reconcile::reconcile)
             }),
             future_size(|o: Arc<Program>, c: Arc<Context>| {
-                wait_then_run("program", o, c, program::reconcile)
+                wait_then_run("program", o, c, program::reconcile::reconcile)
             }),
         ];
         eprintln!("waiting reconcile sizes: {sizes:?}");
@@ -1189,7 +1145,7 @@ mod tests {
         assert_eq!(spec.active_deadline_seconds, Some(60));
         let pod = spec.template.spec.as_ref().unwrap();
         assert_eq!(pod.volumes.as_ref().unwrap().len(), 1);
-        assert!(crate::controller::workspace::jobs_mount_claim(
+        assert!(crate::workspace::reconcile::jobs_mount_claim(
             &[Arc::new(job.clone())],
             "n",
             "ws-cache"
@@ -1209,11 +1165,11 @@ mod tests {
     async fn the_last_written_update_status_wins_over_an_older_cache() {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
-        let cfg = <crate::config::Config as clap::Parser>::try_parse_from(["op"]).unwrap();
+        let cfg = <crate::runtime::config::Config as clap::Parser>::try_parse_from(["op"]).unwrap();
         let ctx = Context::new(
             client,
             cfg,
-            Arc::new(crate::metrics::Metrics::default()),
+            Arc::new(crate::runtime::metrics::Metrics::default()),
             Stores {
                 stacks: reflector::store().0,
                 updates: reflector::store().0,
@@ -1272,11 +1228,11 @@ mod tests {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
         let (reader, mut writer) = reflector::store::<Stack>();
-        let cfg = <crate::config::Config as clap::Parser>::try_parse_from(["op"]).unwrap();
+        let cfg = <crate::runtime::config::Config as clap::Parser>::try_parse_from(["op"]).unwrap();
         let ctx = Arc::new(Context::new(
             client,
             cfg,
-            Arc::new(crate::metrics::Metrics::default()),
+            Arc::new(crate::runtime::metrics::Metrics::default()),
             Stores {
                 stacks: reader.clone(),
                 updates: reflector::store().0,
@@ -1294,7 +1250,7 @@ mod tests {
         ctx.failed("stack/ns/s");
         ctx.metrics
             .stacks_failing
-            .get_or_create(&crate::metrics::StackLabels {
+            .get_or_create(&crate::runtime::metrics::StackLabels {
                 namespace: "ns".into(),
                 name: "s".into(),
             })
@@ -1311,7 +1267,7 @@ mod tests {
         );
         // Bounded requeues: far-away times become a daily check.
         let _ = requeue(Duration::from_secs(u64::MAX));
-        assert!(MAX_REQUEUE <= Duration::from_secs(86_400));
+        assert!(crate::runtime::MAX_REQUEUE <= Duration::from_secs(86_400));
     }
 
     fn stack(generation: i64, request: &str, status_generation: i64) -> Stack {

@@ -1,11 +1,13 @@
 //! What every reconcile shares: the client, the event recorder, metrics and configuration.
 
-use crate::cached::{CachedJob, CachedPod};
-use crate::config::Config;
-use crate::metrics::Metrics;
+use crate::runtime::cached::{CachedJob, CachedPod};
+use crate::runtime::config::Config;
+use crate::runtime::error::Error;
+use crate::runtime::metrics::Metrics;
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::Client;
+use kube::{Api, Resource, ResourceExt};
 use pulumi_operator_api::{Program, Stack, Update, Workspace};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,9 +25,9 @@ pub struct Stores {
     pub jobs: Store<CachedJob>,
     pub pods: Store<CachedPod>,
     /// Update pods by the Update's name label.
-    pub pods_by_update: Arc<crate::controller::index::Index<CachedPod>>,
+    pub pods_by_update: Arc<crate::runtime::index::Index<CachedPod>>,
     /// Updates by their Stack's name label.
-    pub updates_by_stack: Arc<crate::controller::index::Index<Update>>,
+    pub updates_by_stack: Arc<crate::runtime::index::Index<Update>>,
 }
 
 impl Stores {
@@ -37,7 +39,7 @@ impl Stores {
     /// The cached Updates a Stack owns (by its name label, then its UID).
     pub fn updates_of_stack(&self, ns: &str, stack: &str, uid: &str) -> Vec<Arc<Update>> {
         let mut mine = self.updates_by_stack.lookup(&self.updates, ns, stack);
-        mine.retain(|u| crate::stack::inflight::owned_by(u, uid));
+        mine.retain(|u| crate::runtime::owners::owned_by(u, uid));
         mine
     }
 }
@@ -47,11 +49,11 @@ pub struct Context {
     pub stores: Stores,
     pub config: Config,
     pub metrics: Arc<Metrics>,
-    pub events: crate::events::Publisher,
+    pub events: crate::runtime::events::Publisher,
     /// What tenants may ask for (from the configuration).
-    pub policy: crate::policy::Policy,
+    pub policy: crate::runtime::policy::Policy,
     /// ServiceAccounts, Secrets and ConfigMaps operations need, seen a moment ago.
-    pub recently_seen: crate::stack::references::RecentlySeen,
+    pub recently_seen: crate::runtime::recently_seen::RecentlySeen,
     /// Consecutive reconcile errors per object (namespace/name), for `error_policy` backoff.
     failures: Mutex<HashMap<String, u32>>,
     /// The status this operator last wrote on each Update (namespace/name → uid, status). Only
@@ -60,9 +62,9 @@ pub struct Context {
     /// rewrites it nor recomputes it from the older copy.
     update_status: Mutex<HashMap<String, (String, pulumi_operator_api::UpdateStatus)>>,
     /// Where each controller's reconciles wait for their turn (first come, first served).
-    pub gates: crate::controller::gate::Gates,
+    pub gates: crate::runtime::gate::Gates,
     /// The newest Warning Event of each update Job and pod (one watch).
-    pub warnings: crate::update::warnings::Warnings,
+    pub warnings: crate::runtime::warnings::Warnings,
 }
 
 /// How long a referenced object seen to exist is not read again (a burst of Stacks sharing one
@@ -70,6 +72,34 @@ pub struct Context {
 const RECENTLY_SEEN: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Context {
+    /// The Stack that controls `obj` (matched by UID): from the cache, else from the API server.
+    /// Callers delete or release things when there is none, so "none" must not be a cache that has
+    /// not caught up yet.
+    pub async fn owning_stack<K: Resource>(&self, obj: &K) -> Result<Option<Arc<Stack>>, Error> {
+        let ctx = self;
+        let ns = obj.meta().namespace.clone().unwrap_or_default();
+        let Some(owner) = obj
+            .meta()
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.kind == "Stack" && o.controller == Some(true))
+        else {
+            return Ok(None);
+        };
+        let same = |s: &Stack| s.uid().as_deref() == Some(owner.uid.as_str());
+        if let Some(s) = ctx
+            .stores
+            .stacks
+            .get(&ObjectRef::new(&owner.name).within(&ns))
+            .filter(|s| same(s))
+        {
+            return Ok(Some(s));
+        }
+        let api: Api<Stack> = Api::namespaced(ctx.client.clone(), &ns);
+        Ok(api.get_opt(&owner.name).await?.filter(same).map(Arc::new))
+    }
+
     /// Reconciles still waiting for their turn at a gate are dropped once `shutdown` is
     /// cancelled.
     pub fn new(
@@ -79,15 +109,19 @@ impl Context {
         stores: Stores,
         shutdown: &tokio_util::sync::CancellationToken,
     ) -> Context {
-        let gates = crate::controller::gate::Gates::new(usize::from(config.concurrency), shutdown);
+        let gates = crate::runtime::gate::Gates::new(usize::from(config.concurrency), shutdown);
         Context {
-            events: crate::events::Publisher::new(client.clone(), REPORTER, &config.identity()),
+            events: crate::runtime::events::Publisher::new(
+                client.clone(),
+                REPORTER,
+                &config.identity(),
+            ),
             policy: config.policy(),
             client,
             stores,
             config,
             metrics,
-            recently_seen: crate::stack::references::RecentlySeen::new(RECENTLY_SEEN),
+            recently_seen: crate::runtime::recently_seen::RecentlySeen::new(RECENTLY_SEEN),
             failures: Mutex::new(HashMap::new()),
             update_status: Mutex::new(HashMap::new()),
             gates,
@@ -190,7 +224,7 @@ impl Context {
         note: String,
     ) {
         let note = bounded_note(note);
-        let event = crate::events::Note {
+        let event = crate::runtime::events::Note {
             type_,
             reason,
             action,

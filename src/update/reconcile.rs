@@ -2,11 +2,11 @@
 //! functions), and the Job and its pod are folded back into the Update's status. Finished
 //! Updates are deleted after `ttlAfterCompleted`.
 
-use crate::cached::{CachedJob, CachedPod};
-use crate::context::Context;
-use crate::controller::program::render_project;
-use crate::error::{Error, Result};
-use crate::stack::objects::PROGRAM_SCHEME;
+use crate::program::render_project;
+use crate::program::PROGRAM_SCHEME;
+use crate::runtime::cached::{CachedJob, CachedPod};
+use crate::runtime::context::Context;
+use crate::runtime::error::{Error, Result};
 use crate::update::job::{build_job, build_plan, build_plan_secret, job_labels, JobConfig};
 use crate::update::status::{
     job_finished, not_started, pod_ended, pod_start_problem, progress, recheck_after,
@@ -93,13 +93,11 @@ async fn finished(update: &Update, ctx: &Context, ns: &str) -> Result<Action> {
     }
     if update.metadata.deletion_timestamp.is_some() {
         if update.finalizers().iter().any(|f| f == names::FINALIZER)
-            && crate::controller::owning_stack(ctx, update)
-                .await?
-                .is_none()
+            && ctx.owning_stack(update).await?.is_none()
         {
             // Nobody is left to absorb it (the Stack was removed without its finalizer).
             let api: Api<Update> = Api::namespaced(ctx.client.clone(), ns);
-            crate::controller::stack::remove_finalizer(&api, &name, Some(update)).await?;
+            crate::runtime::finalizer::remove_finalizer(&api, &name, Some(update)).await?;
             info!("released an Update whose Stack is gone");
         }
         return Ok(Action::await_change());
@@ -140,9 +138,7 @@ async fn finished(update: &Update, ctx: &Context, ns: &str) -> Result<Action> {
         }
         return Ok(Action::await_change());
     }
-    Ok(crate::controller::requeue(
-        ttl - age + Duration::from_secs(1),
-    ))
+    Ok(crate::runtime::requeue(ttl - age + Duration::from_secs(1)))
 }
 
 /// Whether an object is controlled by this Update (its UID, not only its name: an earlier
@@ -285,7 +281,7 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
     let name = update.name_any();
-    if crate::stack::status::update_complete(&update) {
+    if crate::update::status::update_complete(&update) {
         return finished(&update, &ctx, &ns).await;
     }
     let api: Api<Update> = Api::namespaced(ctx.client.clone(), &ns);
@@ -325,7 +321,7 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
             if Some(&status) != update.status.as_ref() {
                 write_status(&ctx, &api, &update, &status).await?;
             }
-            return Ok(crate::controller::requeue(LEFTOVER_RETRY));
+            return Ok(crate::runtime::requeue(LEFTOVER_RETRY));
         }
         let message = if started {
             "the operation's Job was deleted before it finished; the stack runs the operation again"
@@ -410,7 +406,7 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         }
     }
     if let Progress::Succeeded { result, end } = &progress {
-        let saves_plan = crate::stack::approval::saves_plan(&update);
+        let saves_plan = crate::update::plan::saves_plan(&update);
         let collected = match result.outputs_digest.as_deref() {
             Some(digest) => collect_outputs(&ctx, &ns, &update, &pod_refs, digest).await?,
             None if saves_plan => Err("its pod reported no saved plan".to_string()),
@@ -419,7 +415,7 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         if let Err(why) = collected {
             warn!(%why, "outputs unavailable");
             let reason = if saves_plan {
-                crate::stack::approval::REASON_PLAN_UNAVAILABLE
+                crate::update::plan::REASON_PLAN_UNAVAILABLE
             } else {
                 names::UPDATE_REASON_OUTPUTS_UNAVAILABLE
             };
@@ -493,7 +489,7 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         Progress::Succeeded { .. } | Progress::Failed { .. } => Ok(Action::await_change()),
         // Waits that end by time alone (pods that do not start, image pulls) are looked at
         // again when due, even without an event.
-        Progress::Running { .. } => Ok(crate::controller::requeue(recheck)),
+        Progress::Running { .. } => Ok(crate::runtime::requeue(recheck)),
     }
 }
 
@@ -506,7 +502,7 @@ async fn approved_plan(
     update: &Update,
     approved: &str,
 ) -> Result<std::result::Result<String, String>> {
-    use crate::stack::approval::{saved_plan_secret_name, saves_plan, SAVED_PLAN_KEY};
+    use crate::update::plan::{saved_plan_secret_name, saves_plan, SAVED_PLAN_KEY};
     let stack_of = |u: &Update| {
         u.owner_references()
             .iter()
@@ -549,7 +545,7 @@ async fn keep_saved_plan(
     update: &Update,
     plan: Option<String>,
 ) -> Result<std::result::Result<(), String>> {
-    use crate::stack::approval::{saved_plan_secret_name, SAVED_PLAN_KEY};
+    use crate::update::plan::{saved_plan_secret_name, SAVED_PLAN_KEY};
     let Some(plan) = plan else {
         return Ok(Err("its pod reported no saved plan".into()));
     };
@@ -639,7 +635,7 @@ async fn collect_outputs(
         Ok(p) => p,
         Err(e) => return Ok(Err(format!("its outputs cannot be opened: {e}"))),
     };
-    if crate::stack::approval::saves_plan(update) {
+    if crate::update::plan::saves_plan(update) {
         return keep_saved_plan(&secrets, ns, update, payload.plan).await;
     }
     if payload.plan.is_some() {
@@ -783,21 +779,21 @@ async fn start(
         if Some(&status) != update.status.as_ref() {
             write_status(ctx, api, update, &status).await?;
         }
-        return Ok(Started::Done(crate::controller::requeue(
-            Duration::from_secs(10),
-        )));
+        return Ok(Started::Done(crate::runtime::requeue(Duration::from_secs(
+            10,
+        ))));
     };
     let wanted_generation = update
         .annotations()
-        .get(crate::stack::objects::WORKSPACE_GENERATION_ANNOTATION)
+        .get(crate::update::annotations::WORKSPACE_GENERATION_ANNOTATION)
         .and_then(|g| g.parse::<i64>().ok())
         .unwrap_or(0);
     if ws.metadata.generation.unwrap_or(0) < wanted_generation {
         // The cache has not seen the Workspace this Update was made for yet; its watch event
         // triggers this reconcile again.
-        return Ok(Started::Done(crate::controller::requeue(
-            Duration::from_secs(1),
-        )));
+        return Ok(Started::Done(crate::runtime::requeue(Duration::from_secs(
+            1,
+        ))));
     }
     let plan = match build_plan(update, &ws) {
         Ok(mut p) => {
@@ -812,7 +808,7 @@ async fn start(
         }
     };
     let mut plan = plan;
-    if let Some(approved) = crate::stack::approval::applied_plan(update) {
+    if let Some(approved) = crate::update::plan::applied_plan(update) {
         match approved_plan(ctx, ns, update, approved).await? {
             Ok(text) => plan.apply_plan = Some(text),
             Err(why) => {
@@ -824,7 +820,7 @@ async fn start(
                     ctx,
                     api,
                     update,
-                    crate::stack::approval::REASON_PLAN_UNAVAILABLE,
+                    crate::update::plan::REASON_PLAN_UNAVAILABLE,
                     message,
                     now,
                 )
@@ -901,7 +897,7 @@ async fn start(
     };
     let job = build_job(update, &ws, &cfg, program)?;
     let pod_spec = serde_json::to_value(job.spec.as_ref().and_then(|s| s.template.spec.as_ref()))?;
-    if let Err(why) = crate::policy::check_pod(ns, &pod_spec, &ctx.policy) {
+    if let Err(why) = crate::runtime::policy::check_pod(ns, &pod_spec, &ctx.policy) {
         warn!(%why, "operation not allowed");
         return fail_before_start(ctx, api, update, names::REASON_NOT_ALLOWED, why, now)
             .await
@@ -945,7 +941,7 @@ async fn blocked_or_rejected(
             Created::Ready => {}
             Created::Blocked(name) => {
                 info!(object = %name, "waiting for a leftover of an earlier Update to be deleted");
-                return Ok(Some(crate::controller::requeue(LEFTOVER_RETRY)));
+                return Ok(Some(crate::runtime::requeue(LEFTOVER_RETRY)));
             }
             Created::Rejected(message) => {
                 let message = format!(

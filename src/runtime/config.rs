@@ -168,7 +168,7 @@ fn listed(values: &[String]) -> Vec<String> {
 
 impl Config {
     /// What tenants may ask for.
-    pub fn policy(&self) -> crate::policy::Policy {
+    pub fn policy(&self) -> crate::runtime::policy::Policy {
         let mut github_api_hosts = listed(&self.github_api_hosts);
         if let Some(own) = std::env::var(pulumi_gitauth::env::GITHUB_API_URL)
             .ok()
@@ -176,7 +176,7 @@ impl Config {
         {
             github_api_hosts.push(own);
         }
-        crate::policy::Policy {
+        crate::runtime::policy::Policy {
             operator_namespace: self.lease_namespace.clone(),
             operator_service_account: self.operator_service_account.clone(),
             allow_operator_namespace: self.allow_operator_namespace,
@@ -196,8 +196,8 @@ impl Config {
     }
 
     /// The limits of the pool git remote calls run on.
-    pub fn git_remote_limits(&self) -> crate::source::pool::Limits {
-        crate::source::pool::Limits {
+    pub fn git_remote_limits(&self) -> GitRemoteLimits {
+        GitRemoteLimits {
             total: self.git_remote_concurrency.max(1),
             per_host: self.git_remote_per_host.max(1),
             deadline: std::time::Duration::from_secs(self.git_remote_timeout_seconds.max(1)),
@@ -213,6 +213,24 @@ impl Config {
     }
 }
 
+/// How many git remote calls may run, in all and per host, and how long one may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GitRemoteLimits {
+    pub total: usize,
+    pub per_host: usize,
+    pub deadline: std::time::Duration,
+}
+
+impl Default for GitRemoteLimits {
+    fn default() -> GitRemoteLimits {
+        GitRemoteLimits {
+            total: 8,
+            per_host: 2,
+            deadline: std::time::Duration::from_secs(60),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,7 +243,7 @@ mod tests {
         assert_eq!(c.min_resync_seconds, 60);
         assert_eq!(
             c.git_remote_limits(),
-            crate::source::pool::Limits {
+            GitRemoteLimits {
                 total: 8,
                 per_host: 2,
                 deadline: std::time::Duration::from_secs(60)

@@ -16,9 +16,9 @@
 //! A Workspace without an owning Stack is a template only (as with `Delete`). Everything is
 //! read from watch caches; a write happens only when something must change.
 
-use crate::cached::{CachedJob, CachedPod, CachedPodSpec};
-use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::runtime::cached::{CachedJob, CachedPod, CachedPodSpec};
+use crate::runtime::context::Context;
+use crate::runtime::error::{Error, Result};
 use crate::update::job::JobConfig;
 use crate::update::status::job_finished;
 use crate::workspace::statefulset::{
@@ -250,7 +250,7 @@ pub async fn reconcile(
         .claims
         .get(&ObjectRef::new(&cache_claim_name(&name)).within(&ns));
     // Reclaiming deletes the retained workspace and its cache: "no owner" must be a fact.
-    let stack = crate::controller::owning_stack(&ctx, ws.as_ref()).await?;
+    let stack = ctx.owning_stack(ws.as_ref()).await?;
     let (observed, action) = match policy(stack.as_deref()) {
         WorkspaceReclaimPolicy::Retain => retain(&ws, &ctx, &ns, sts, claim).await?,
         _ => (
@@ -309,14 +309,14 @@ async fn reclaim(
     if operation_pending {
         // The Stack's next status change (the operation's end) triggers us again.
         info!("an operation of the stack is in flight; the retained workspace goes after it");
-        return Ok(crate::controller::requeue(RECLAIM_RETRY));
+        return Ok(crate::runtime::requeue(RECLAIM_RETRY));
     }
     let claim_name = cache_claim_name(&ws.name_any());
     let mut action = Action::await_change();
     if let Some(sts) = sts {
         if jobs_mount_claim(&ctx.stores.jobs.state(), ns, &claim_name) {
             info!(claim = %claim_name, "an update Job still mounts the cache; the workspace goes after it");
-            return Ok(crate::controller::requeue(RECLAIM_RETRY));
+            return Ok(crate::runtime::requeue(RECLAIM_RETRY));
         }
         let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), ns);
         match api
@@ -342,7 +342,7 @@ async fn reclaim(
     if claim.is_some() {
         if pods_mount_claim(&ctx.stores.pods.state(), ns, &claim_name) {
             info!(claim = %claim_name, "finished update pods still reference the cache claim; deleting it once they are gone");
-            action = crate::controller::requeue(CLAIM_RETRY);
+            action = crate::runtime::requeue(CLAIM_RETRY);
         } else {
             let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
             match api.delete(&claim_name, &DeleteParams::background()).await {
@@ -362,7 +362,7 @@ fn program(ws: &Workspace, ctx: &Context, ns: &str) -> std::result::Result<Optio
     let Some(url) = ws.spec.flux.as_ref().and_then(|f| f.url.as_deref()) else {
         return Ok(None);
     };
-    let Some(rest) = url.strip_prefix(crate::stack::objects::PROGRAM_SCHEME) else {
+    let Some(rest) = url.strip_prefix(crate::program::PROGRAM_SCHEME) else {
         return Ok(None);
     };
     let program = rest.rsplit('/').next().unwrap_or_default();
@@ -371,7 +371,7 @@ fn program(ws: &Workspace, ctx: &Context, ns: &str) -> std::result::Result<Optio
         .programs
         .get(&ObjectRef::new(program).within(ns))
         .ok_or_else(|| format!("the Program {program:?} does not exist"))?;
-    crate::controller::program::render_project(&p.name_any(), p.spec.program.as_ref())
+    crate::program::render_project(&p.name_any(), p.spec.program.as_ref())
         .map(Some)
         .map_err(|e| format!("cannot render the Program {program:?}: {e}"))
 }
@@ -394,7 +394,7 @@ async fn retain(
         Ok(p) => p,
         Err(message) => {
             warn!(%message, "cannot build the retained workspace");
-            return Ok((problem(message), crate::controller::requeue(PROGRAM_RETRY)));
+            return Ok((problem(message), crate::runtime::requeue(PROGRAM_RETRY)));
         }
     };
     let cfg = JobConfig {
@@ -467,7 +467,7 @@ async fn retain(
                         ready: false,
                         problem: None,
                     },
-                    crate::controller::requeue(MIGRATE_RETRY),
+                    crate::runtime::requeue(MIGRATE_RETRY),
                 ));
             }
             Err(e) => return Err(e.into()),

@@ -1,0 +1,31 @@
+//! What every controller shares, below them all (it imports no controller): the context and its
+//! caches and indexes, the gate and its lanes, configuration, errors and backoff, events,
+//! metrics, the administrator's limits, the finalizer helper and owner lookups.
+
+pub mod cached;
+pub mod config;
+pub mod context;
+pub mod duration;
+pub mod error;
+pub mod events;
+pub mod finalizer;
+pub mod gate;
+pub mod index;
+pub mod merge;
+pub mod metrics;
+pub mod owners;
+pub mod policy;
+pub mod recently_seen;
+pub mod warnings;
+
+use kube::runtime::controller::Action;
+use std::time::Duration;
+
+/// Longest requeue: a far-away resync or TTL is re-checked daily instead of overflowing the
+/// timer (a user's `resyncFrequencySeconds` can be as large as i64 allows).
+pub const MAX_REQUEUE: Duration = Duration::from_secs(24 * 3600);
+
+/// `Action::requeue`, bounded by [`MAX_REQUEUE`].
+pub fn requeue(after: Duration) -> Action {
+    Action::requeue(after.min(MAX_REQUEUE))
+}

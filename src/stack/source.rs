@@ -1,0 +1,290 @@
+//! Where a Stack's program comes from, resolved to a revision: a pinned commit, the head of a
+//! branch (ls-remote, shared by every Stack tracking it: [`poll`]), a Program's content digest,
+//! or a Flux source's artifact. Git credentials: [`auth`].
+
+use crate::program::{digest, render_project};
+use crate::runtime::context::Context;
+use crate::runtime::metrics::Metrics;
+pub use crate::source::ResolveError;
+use crate::source::{auth, flux, git, poll};
+use crate::stack::objects::ResolvedSource;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, ResourceExt};
+use pulumi_operator_api::names;
+use pulumi_operator_api::validation::{GitRevision, StackSource};
+use pulumi_operator_api::{Program, Stack};
+use std::time::{Duration, Instant};
+
+/// A resolved source, or a branch head being read in the background.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolved {
+    Ready(ResolvedSource),
+    /// The Stack is reconciled again when the answer arrives ([`poll::Poller::answers`]).
+    Pending {
+        message: String,
+    },
+}
+
+/// Resolves the Stack's source with the branch poller shared by all Stacks: the head of a
+/// tracked branch is re-read when the shared answer is older than `resync` (the Stack's
+/// resync period), or at once for a new `pulumi.com/reconciliation-request` value. Never waits
+/// for a git remote.
+pub async fn resolve_source(
+    stack: &Stack,
+    ctx: &Context,
+    resync: Duration,
+) -> Result<Resolved, ResolveError> {
+    resolve_with(
+        stack,
+        &ctx.client,
+        &ctx.stores.programs,
+        Some(ctx.metrics.clone()),
+        resync,
+    )
+    .await
+}
+
+/// When each reconciliation request was first seen, per Stack UID: a request is satisfied by
+/// an answer read after that instant, however many reconciles it takes for the answer to
+/// arrive (using the reconcile's own "now" would never be satisfied by a background read).
+#[derive(Default)]
+pub struct Requests(std::sync::Mutex<std::collections::HashMap<String, (String, Instant)>>);
+
+impl Requests {
+    fn shared() -> &'static Requests {
+        static REQUESTS: std::sync::OnceLock<Requests> = std::sync::OnceLock::new();
+        REQUESTS.get_or_init(Requests::default)
+    }
+
+    /// The instant `request` was first seen for `uid` (now if it is new).
+    pub fn first_seen(&self, uid: &str, request: &str, now: Instant) -> Instant {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        // Requests are observed within minutes; an hour-old entry is a deleted Stack's.
+        seen.retain(|_, (_, at)| now.saturating_duration_since(*at) < Duration::from_secs(3600));
+        match seen.get(uid) {
+            Some((r, at)) if r == request => *at,
+            _ => {
+                seen.insert(uid.to_string(), (request.to_string(), now));
+                now
+            }
+        }
+    }
+}
+
+/// How fresh a branch head a reconcile needs: a new reconciliation-request value (not yet
+/// observed in status) wants one read after the request was first seen (`first_seen`);
+/// otherwise one younger than the resync period.
+pub fn need(
+    stack: &Stack,
+    resync: Duration,
+    first_seen: impl FnOnce(&str) -> Instant,
+) -> poll::Need {
+    let requested = stack
+        .annotations()
+        .get(names::RECONCILIATION_REQUEST_ANNOTATION)
+        .filter(|v| !v.is_empty());
+    let observed = stack
+        .status
+        .as_ref()
+        .and_then(|s| s.observed_reconcile_request.as_ref());
+    match requested {
+        Some(r) if Some(r) != observed => poll::Need::Since(first_seen(r)),
+        _ => poll::Need::MaxAge(resync),
+    }
+}
+
+/// The reconcile-facing branch lookup: the head of `branch` on `url` from the shared poller,
+/// or `Pending` while it is read in the background for `waiter`.
+pub fn branch_head(
+    poller: &poll::Poller,
+    url: &str,
+    branch: &str,
+    credentials: pulumi_gitauth::Credentials,
+    need: poll::Need,
+    waiter: Option<poll::Waiter>,
+    metrics: Option<std::sync::Arc<Metrics>>,
+) -> poll::Answer {
+    let key = poll::Key {
+        url: url.to_string(),
+        reference: branch.to_string(),
+        credentials: credentials.fingerprint(),
+    };
+    let (url, branch) = (url.to_string(), branch.to_string());
+    poller.lookup(key, need, waiter, metrics, move |cancel| {
+        git::ls_remote(&url, &branch, &credentials, cancel)
+    })
+}
+
+async fn resolve_with(
+    stack: &Stack,
+    client: &Client,
+    programs: &Store<Program>,
+    metrics: Option<std::sync::Arc<Metrics>>,
+    resync: Duration,
+) -> Result<Resolved, ResolveError> {
+    let ns = stack.namespace().unwrap_or_default();
+    match stack.spec.source() {
+        StackSource::Git(git) => {
+            let url = git.project_repo.clone().unwrap_or_default();
+            let dir = git.repo_dir.clone().filter(|d| !d.is_empty());
+            let refs = auth::auth_refs(git, &auth::github_api_url(stack));
+            // Read even for a pinned commit: a missing Secret must stall the Stack here, not
+            // leave its Job's pod waiting for a Secret that does not exist.
+            let credentials = auth::read_credentials(client, &ns, &refs).await?;
+            let commit = match git.revision() {
+                Some(GitRevision::Commit(c)) => c.to_string(),
+                Some(GitRevision::Branch(b)) => {
+                    let uid = stack.uid().unwrap_or_default();
+                    let need = need(stack, resync, |r| {
+                        Requests::shared().first_seen(&uid, r, Instant::now())
+                    });
+                    let waiter = Some((ns.clone(), stack.name_any()));
+                    match branch_head(
+                        poll::Poller::shared(),
+                        &url,
+                        b,
+                        credentials,
+                        need,
+                        waiter,
+                        metrics,
+                    ) {
+                        poll::Answer::Ready(r) => r.map_err(ResolveError::unavailable)?,
+                        poll::Answer::Pending => {
+                            return Ok(Resolved::Pending {
+                                message: format!(
+                                    "waiting for the head of branch {b:?} of {}",
+                                    pulumi_gitauth::redact::urls(&url)
+                                ),
+                            })
+                        }
+                    }
+                }
+                None => {
+                    return Err(ResolveError::unavailable(
+                        "missing \"commit\" or \"branch\"",
+                    ))
+                }
+            };
+            Ok(Resolved::Ready(ResolvedSource::Git {
+                url,
+                commit,
+                dir,
+                shallow: git.shallow,
+            }))
+        }
+        StackSource::Program(p) => {
+            let program = programs
+                .get(&ObjectRef::new(&p.name).within(&ns))
+                .ok_or_else(|| {
+                    ResolveError::unavailable(format!(
+                        "unable to retrieve program {:?} for stack",
+                        p.name
+                    ))
+                })?;
+            let rendered = render_project(&program.name_any(), program.spec.program.as_ref())
+                .map_err(|e| {
+                    ResolveError::unavailable(format!(
+                        "program {:?} cannot be rendered: {e}",
+                        p.name
+                    ))
+                })?;
+            Ok(Resolved::Ready(ResolvedSource::Program {
+                name: p.name.clone(),
+                digest: digest(&rendered),
+            }))
+        }
+        StackSource::Flux(flux) => {
+            let r = &flux.source_ref;
+            let (group, version) = match r.api_version.split_once('/') {
+                Some((g, v)) => (g.to_string(), v.to_string()),
+                None => (String::new(), r.api_version.clone()),
+            };
+            let gvk = GroupVersionKind::gvk(&group, &version, &r.kind);
+            let resource = ApiResource::from_gvk(&gvk);
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+            let obj = match api.get_opt(&r.name).await {
+                Ok(Some(o)) => o,
+                Ok(None) => {
+                    return Err(ResolveError::unavailable(format!(
+                        "could not resolve sourceRef: {} {:?} not found",
+                        r.kind, r.name
+                    )))
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    return Err(ResolveError::unavailable(format!(
+                    "could not resolve sourceRef: the kind {} ({}) is not installed in the cluster",
+                    r.kind, r.api_version
+                )))
+                }
+                Err(kube::Error::Api(e)) if e.code == 403 => {
+                    return Err(ResolveError::unavailable(format!(
+                        "could not resolve sourceRef: the operator may not read {} objects (group {group}); \
+                         grant its ClusterRole get, list and watch on them",
+                        r.kind
+                    )))
+                }
+                Err(e) => return Err(ResolveError::unavailable(format!("could not resolve sourceRef: {e}"))),
+            };
+            flux::source_seen();
+            let artifact = &obj.data["status"]["artifact"];
+            let (Some(url), Some(revision)) =
+                (artifact["url"].as_str(), artifact["revision"].as_str())
+            else {
+                return Err(ResolveError::unavailable("Flux source has no artifact"));
+            };
+            Ok(Resolved::Ready(ResolvedSource::Flux {
+                url: url.to_string(),
+                digest: artifact["digest"].as_str().unwrap_or_default().to_string(),
+                dir: flux.dir.clone().filter(|d| !d.is_empty()),
+                revision: revision.to_string(),
+            }))
+        }
+        StackSource::None => Ok(Resolved::Ready(ResolvedSource::None)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_reconciliation_request_reads_the_branch_at_once() {
+        let mut stack: Stack = serde_json::from_value(serde_json::json!({
+            "apiVersion": "pulumi.com/v1", "kind": "Stack",
+            "metadata": {"name": "s", "namespace": "n"},
+            "spec": {"stack": "dev", "projectRepo": "https://h/r.git", "branch": "main"}
+        }))
+        .unwrap();
+        let now = Instant::now();
+        let period = Duration::from_secs(60);
+        let at = |_: &str| now;
+        assert_eq!(need(&stack, period, at), poll::Need::MaxAge(period));
+        stack.metadata.annotations = Some(
+            [(
+                names::RECONCILIATION_REQUEST_ANNOTATION.to_string(),
+                "1".to_string(),
+            )]
+            .into(),
+        );
+        assert_eq!(need(&stack, period, at), poll::Need::Since(now));
+        stack.status = Some(pulumi_operator_api::StackStatus {
+            observed_reconcile_request: Some("1".into()),
+            ..Default::default()
+        });
+        assert_eq!(need(&stack, period, at), poll::Need::MaxAge(period));
+    }
+
+    #[test]
+    fn a_request_is_dated_when_first_seen() {
+        let requests = Requests::default();
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(5);
+        assert_eq!(requests.first_seen("u", "1", t0), t0);
+        // Reconciles while the branch head is read keep the first instant.
+        assert_eq!(requests.first_seen("u", "1", later), t0);
+        // A new value is a new request.
+        assert_eq!(requests.first_seen("u", "2", later), later);
+        assert_eq!(requests.first_seen("v", "1", later), later);
+    }
+}
