@@ -189,13 +189,29 @@ pub struct TemplateObjectMeta {
     pub other: BTreeMap<String, serde_json::Value>,
 }
 
+/// Why a duration does not parse (see [`parse_duration`]).
+#[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
+pub enum DurationError {
+    #[error("invalid duration {0:?}")]
+    Invalid(String),
+    #[error("duration {0:?} must not be negative")]
+    Negative(String),
+    #[error("missing unit in duration {0:?}")]
+    MissingUnit(String),
+    #[error("unknown unit {unit:?} in duration {input:?}")]
+    UnknownUnit { unit: String, input: String },
+    #[error("duration {0:?} is out of range")]
+    OutOfRange(String),
+}
+
 /// Parses a Go-style duration (`metav1.Duration` on the wire), such as `"1h"`, `"1h30m"`,
 /// `"90s"`, `"1.5h"` or `"24h0m0s"`. Units: `ns`, `us` (or `µs`), `ms`, `s`, `m`, `h`.
 /// Negative durations and values beyond Go's range (about 292 years) are rejected. Never
 /// panics, whatever the input.
-pub fn parse_duration(input: &str) -> Result<std::time::Duration, String> {
+pub fn parse_duration(input: &str) -> Result<std::time::Duration, DurationError> {
     const MAX_NANOS: u128 = i64::MAX as u128;
-    let invalid = || format!("invalid duration {input:?}");
+    let invalid = || DurationError::Invalid(input.to_string());
+    let out_of_range = || DurationError::OutOfRange(input.to_string());
     let mut rest = input;
     if let Some(r) = rest.strip_prefix('+') {
         rest = r;
@@ -203,7 +219,7 @@ pub fn parse_duration(input: &str) -> Result<std::time::Duration, String> {
         if r == "0" {
             return Ok(std::time::Duration::ZERO);
         }
-        return Err(format!("duration {input:?} must not be negative"));
+        return Err(DurationError::Negative(input.to_string()));
     }
     if rest == "0" {
         return Ok(std::time::Duration::ZERO);
@@ -235,19 +251,22 @@ pub fn parse_duration(input: &str) -> Result<std::time::Duration, String> {
             "s" => 1_000_000_000,
             "m" => 60 * 1_000_000_000,
             "h" => 3_600 * 1_000_000_000,
-            "" => return Err(format!("missing unit in duration {input:?}")),
-            other => return Err(format!("unknown unit {other:?} in duration {input:?}")),
+            "" => return Err(DurationError::MissingUnit(input.to_string())),
+            other => {
+                return Err(DurationError::UnknownUnit {
+                    unit: other.to_string(),
+                    input: input.to_string(),
+                })
+            }
         };
         let whole: u128 = if int_part.is_empty() {
             0
         } else if int_part.len() > 30 {
-            return Err(format!("duration {input:?} is out of range"));
+            return Err(out_of_range());
         } else {
             int_part.parse().map_err(|_| invalid())?
         };
-        let mut value = whole
-            .checked_mul(unit_nanos)
-            .ok_or_else(|| format!("duration {input:?} is out of range"))?;
+        let mut value = whole.checked_mul(unit_nanos).ok_or_else(out_of_range)?;
         let (mut fraction, mut scale) = (0u128, 1u128);
         for digit in frac_part.bytes().take(18) {
             fraction = fraction * 10 + u128::from(digit - b'0');
@@ -258,11 +277,11 @@ pub fn parse_duration(input: &str) -> Result<std::time::Duration, String> {
             .checked_mul(unit_nanos)
             .map(|f| f / scale)
             .and_then(|f| value.checked_add(f))
-            .ok_or_else(|| format!("duration {input:?} is out of range"))?;
+            .ok_or_else(out_of_range)?;
         total = total
             .checked_add(value)
             .filter(|t| *t <= MAX_NANOS)
-            .ok_or_else(|| format!("duration {input:?} is out of range"))?;
+            .ok_or_else(out_of_range)?;
         rest = after_unit;
     }
     let secs = u64::try_from(total / 1_000_000_000).map_err(|_| invalid())?;

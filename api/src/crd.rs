@@ -127,6 +127,18 @@ pub fn make_structural(node: &mut Value) {
     let Value::Object(map) = node else {
         return;
     };
+    drop_schema_only_keywords(map);
+    collapse_nullable_union(map, "anyOf");
+    collapse_nullable_union(map, "oneOf");
+    move_null_into_nullable(map);
+    replace_additional_properties_flag(map);
+    set_integer_format_and_object_type(map);
+    structure_children(map);
+}
+
+/// Removes JSON-Schema-only keywords and `default: null`, reflows the description and turns
+/// `const` into a one-value `enum`.
+fn drop_schema_only_keywords(map: &mut Map<String, Value>) {
     for key in [
         "$schema",
         "definitions",
@@ -147,9 +159,10 @@ pub fn make_structural(node: &mut Value) {
     if let Some(value) = map.remove("const") {
         map.insert("enum".into(), Value::Array(vec![value]));
     }
-    collapse_nullable_union(map, "anyOf");
-    collapse_nullable_union(map, "oneOf");
+}
 
+/// `null` out of `enum` (empty enums dropped) and out of `type`, as `nullable: true`.
+fn move_null_into_nullable(map: &mut Map<String, Value>) {
     if let Some(Value::Array(values)) = map.get_mut("enum") {
         values.retain(|v| !v.is_null());
         if values.is_empty() {
@@ -173,6 +186,10 @@ pub fn make_structural(node: &mut Value) {
         map.remove("type");
         map.insert("nullable".into(), Value::Bool(true));
     }
+}
+
+/// `additionalProperties: false` goes; `true` becomes `x-kubernetes-preserve-unknown-fields`.
+fn replace_additional_properties_flag(map: &mut Map<String, Value>) {
     match map.get("additionalProperties") {
         Some(Value::Bool(false)) => {
             map.remove("additionalProperties");
@@ -186,6 +203,10 @@ pub fn make_structural(node: &mut Value) {
         }
         _ => {}
     }
+}
+
+/// Integers get `int32`/`int64`; nodes with fields but no `type` get `type: object`.
+fn set_integer_format_and_object_type(map: &mut Map<String, Value>) {
     if map.get("type").and_then(Value::as_str) == Some("integer") {
         let format = match map.get("format").and_then(Value::as_str) {
             Some("int8" | "int16" | "int32" | "uint8" | "uint16") => "int32",
@@ -204,7 +225,10 @@ pub fn make_structural(node: &mut Value) {
     {
         map.insert("type".into(), Value::String("object".into()));
     }
+}
 
+/// [`make_structural`] on every child schema (properties, items, map values, unions).
+fn structure_children(map: &mut Map<String, Value>) {
     if let Some(Value::Object(props)) = map.get_mut("properties") {
         for prop in props.values_mut() {
             make_structural(prop);
@@ -350,9 +374,25 @@ fn check_node(node: &Value, path: &str, problems: &mut Vec<String>) {
             problems.push(format!("{here}: keyword `{key}` is not allowed"));
         }
     }
-    let preserve = map.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
-    let int_or_string = map.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true));
-    let ty = map.get("type").and_then(Value::as_str);
+    check_type(map, here, problems);
+    check_value_keywords(map, here, problems);
+    check_any_of(map, here, problems);
+    check_children(map, path, here, problems);
+    check_list_type(map, here, problems);
+}
+
+fn is_true(map: &Map<String, Value>, key: &str) -> bool {
+    map.get(key) == Some(&Value::Bool(true))
+}
+
+fn type_of(map: &Map<String, Value>) -> Option<&str> {
+    map.get("type").and_then(Value::as_str)
+}
+
+/// A known `type` is there unless the node preserves unknown fields or is int-or-string.
+fn check_type(map: &Map<String, Value>, here: &str, problems: &mut Vec<String>) {
+    let preserve = is_true(map, "x-kubernetes-preserve-unknown-fields");
+    let int_or_string = is_true(map, "x-kubernetes-int-or-string");
     match map.get("type") {
         None if !preserve && !int_or_string => {
             problems.push(format!("{here}: no `type`"));
@@ -365,12 +405,16 @@ fn check_node(node: &Value, path: &str, problems: &mut Vec<String>) {
     }
     if preserve
         && (map.contains_key("properties") || map.contains_key("additionalProperties"))
-        && ty != Some("object")
+        && type_of(map) != Some("object")
     {
         problems.push(format!(
             "{here}: x-kubernetes-preserve-unknown-fields with fields needs type: object"
         ));
     }
+}
+
+/// `enum`, `additionalProperties` and `format` as Kubernetes accepts them.
+fn check_value_keywords(map: &Map<String, Value>, here: &str, problems: &mut Vec<String>) {
     if let Some(Value::Array(values)) = map.get("enum") {
         if values.iter().any(Value::is_null) {
             problems.push(format!("{here}: `null` in enum"));
@@ -389,25 +433,34 @@ fn check_node(node: &Value, path: &str, problems: &mut Vec<String>) {
             problems.push(format!("{here}: format `{format}` is not supported"));
         }
     }
-    if ty == Some("integer") && map.get("format").is_none() {
+    if type_of(map) == Some("integer") && map.get("format").is_none() {
         problems.push(format!("{here}: integer without format"));
     }
-    if let Some(Value::Array(branches)) = map.get("anyOf") {
-        // The only union we allow is the int-or-string shape k8s itself uses.
-        let int_or_string_union = int_or_string
-            && branches.iter().all(|b| {
-                b.as_object().is_some_and(|o| {
-                    o.len() == 1
-                        && matches!(
-                            o.get("type").and_then(Value::as_str),
-                            Some("integer" | "string")
-                        )
-                })
-            });
-        if !int_or_string_union {
-            problems.push(format!("{here}: anyOf is only allowed for int-or-string"));
-        }
+}
+
+/// The only union we allow is the int-or-string shape k8s itself uses.
+fn check_any_of(map: &Map<String, Value>, here: &str, problems: &mut Vec<String>) {
+    let Some(Value::Array(branches)) = map.get("anyOf") else {
+        return;
+    };
+    let int_or_string_union = is_true(map, "x-kubernetes-int-or-string")
+        && branches.iter().all(|b| {
+            b.as_object().is_some_and(|o| {
+                o.len() == 1
+                    && matches!(
+                        o.get("type").and_then(Value::as_str),
+                        Some("integer" | "string")
+                    )
+            })
+        });
+    if !int_or_string_union {
+        problems.push(format!("{here}: anyOf is only allowed for int-or-string"));
     }
+}
+
+/// Properties, required names, items and map values, each child checked in turn.
+fn check_children(map: &Map<String, Value>, path: &str, here: &str, problems: &mut Vec<String>) {
+    let ty = type_of(map);
     if let Some(Value::Object(props)) = map.get("properties") {
         if ty != Some("object") {
             problems.push(format!("{here}: properties on a non-object"));
@@ -433,30 +486,36 @@ fn check_node(node: &Value, path: &str, problems: &mut Vec<String>) {
     if let Some(additional @ Value::Object(_)) = map.get("additionalProperties") {
         check_node(additional, &format!("{path}.*"), problems);
     }
-    if let Some(Value::String(list_type)) = map.get("x-kubernetes-list-type") {
-        if ty != Some("array") {
-            problems.push(format!("{here}: x-kubernetes-list-type on a non-array"));
-        }
-        if list_type == "map" {
-            let keys: Vec<&str> = map
-                .get("x-kubernetes-list-map-keys")
-                .and_then(Value::as_array)
-                .map(|k| k.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            let item_required: Vec<&str> = map
-                .get("items")
-                .and_then(|i| i.get("required"))
-                .and_then(Value::as_array)
-                .map(|r| r.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            if keys.is_empty() {
-                problems.push(format!("{here}: list-type map without list-map-keys"));
-            }
-            for key in keys {
-                if !item_required.contains(&key) {
-                    problems.push(format!("{here}: list-map key `{key}` must be required"));
-                }
-            }
+}
+
+/// `x-kubernetes-list-type` only on arrays; a `map` list names required keys.
+fn check_list_type(map: &Map<String, Value>, here: &str, problems: &mut Vec<String>) {
+    let Some(Value::String(list_type)) = map.get("x-kubernetes-list-type") else {
+        return;
+    };
+    if type_of(map) != Some("array") {
+        problems.push(format!("{here}: x-kubernetes-list-type on a non-array"));
+    }
+    if list_type != "map" {
+        return;
+    }
+    let keys: Vec<&str> = map
+        .get("x-kubernetes-list-map-keys")
+        .and_then(Value::as_array)
+        .map(|k| k.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let item_required: Vec<&str> = map
+        .get("items")
+        .and_then(|i| i.get("required"))
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if keys.is_empty() {
+        problems.push(format!("{here}: list-type map without list-map-keys"));
+    }
+    for key in keys {
+        if !item_required.contains(&key) {
+            problems.push(format!("{here}: list-map key `{key}` must be required"));
         }
     }
 }
@@ -514,6 +573,25 @@ fn check_value(schema: &Value, value: &Value, path: &str, problems: &mut Vec<Str
         }
         return;
     }
+    if !check_value_type(schema, value, here, problems) {
+        return;
+    }
+    check_value_limits(schema, value, here, problems);
+    match value {
+        Value::Object(map) => check_object_fields(schema, map, path, here, problems),
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    check_value(item_schema, item, &format!("{path}[{i}]"), problems);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Whether the value has the schema's `type` (a problem is recorded when not).
+fn check_value_type(schema: &Value, value: &Value, here: &str, problems: &mut Vec<String>) -> bool {
     let type_ok = match schema.get("type").and_then(Value::as_str) {
         Some("object") => value.is_object(),
         Some("array") => value.is_array(),
@@ -528,8 +606,12 @@ fn check_value(schema: &Value, value: &Value, path: &str, problems: &mut Vec<Str
             "{here}: expected {}, got {value}",
             schema.get("type").and_then(Value::as_str).unwrap_or("?")
         ));
-        return;
     }
+    type_ok
+}
+
+/// `enum`, `minLength` and `minimum`.
+fn check_value_limits(schema: &Value, value: &Value, here: &str, problems: &mut Vec<String>) {
     if let Some(Value::Array(allowed)) = schema.get("enum") {
         if !allowed.contains(value) {
             problems.push(format!("{here}: {value} is not one of {allowed:?}"));
@@ -551,36 +633,35 @@ fn check_value(schema: &Value, value: &Value, path: &str, problems: &mut Vec<Str
             problems.push(format!("{here}: less than {min}"));
         }
     }
-    match value {
-        Value::Object(map) => {
-            if let Some(Value::Array(required)) = schema.get("required") {
-                for name in required.iter().filter_map(Value::as_str) {
-                    if !map.contains_key(name) {
-                        problems.push(format!("{here}: missing required field `{name}`"));
-                    }
-                }
-            }
-            let props = schema.get("properties").and_then(Value::as_object);
-            let additional = schema.get("additionalProperties");
-            for (key, child) in map {
-                let child_path = format!("{path}.{key}");
-                if let Some(prop) = props.and_then(|p| p.get(key)) {
-                    check_value(prop, child, &child_path, problems);
-                } else if let Some(additional @ Value::Object(_)) = additional {
-                    check_value(additional, child, &child_path, problems);
-                } else if !preserve {
-                    problems.push(format!("{child_path}: unknown field"));
-                }
+}
+
+/// Required fields present, each field known (a property, a map value or preserved).
+fn check_object_fields(
+    schema: &Value,
+    map: &Map<String, Value>,
+    path: &str,
+    here: &str,
+    problems: &mut Vec<String>,
+) {
+    let preserve = schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+    if let Some(Value::Array(required)) = schema.get("required") {
+        for name in required.iter().filter_map(Value::as_str) {
+            if !map.contains_key(name) {
+                problems.push(format!("{here}: missing required field `{name}`"));
             }
         }
-        Value::Array(items) => {
-            if let Some(item_schema) = schema.get("items") {
-                for (i, item) in items.iter().enumerate() {
-                    check_value(item_schema, item, &format!("{path}[{i}]"), problems);
-                }
-            }
+    }
+    let props = schema.get("properties").and_then(Value::as_object);
+    let additional = schema.get("additionalProperties");
+    for (key, child) in map {
+        let child_path = format!("{path}.{key}");
+        if let Some(prop) = props.and_then(|p| p.get(key)) {
+            check_value(prop, child, &child_path, problems);
+        } else if let Some(additional @ Value::Object(_)) = additional {
+            check_value(additional, child, &child_path, problems);
+        } else if !preserve {
+            problems.push(format!("{child_path}: unknown field"));
         }
-        _ => {}
     }
 }
 

@@ -16,7 +16,9 @@ pub mod update;
 pub mod validation;
 pub mod workspace;
 
-pub use common::{parse_duration, EmbeddedObjectMeta, ProjectInfo, TemplateObjectMeta};
+pub use common::{
+    parse_duration, DurationError, EmbeddedObjectMeta, ProjectInfo, TemplateObjectMeta,
+};
 pub use program::{
     Artifact, ConfigType, Configuration, CustomTimeouts, Getter, Program, ProgramDefinition,
     ProgramSpec, ProgramStatus, Resource, ResourceOptions,

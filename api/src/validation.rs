@@ -304,7 +304,17 @@ impl Validator<'_> {
         if spec.stack.trim().is_empty() {
             self.error("spec.stack", "must be set to the Pulumi stack name");
         }
+        self.sources(spec);
+        self.object_names(spec);
+        self.env_and_secret_refs(spec);
+        self.config_refs(spec);
+        self.config_keys(spec);
+        self.prerequisites(spec, name);
+        self.timeout_and_reclaim(spec);
+    }
 
+    /// Exactly one program source, each valid; approval gating excludes auto-remediation.
+    fn sources(&mut self, spec: &StackSpec) {
         let sources = spec.sources_set();
         if sources.len() > 1 {
             self.error(
@@ -336,6 +346,10 @@ impl Validator<'_> {
         if let Some(flux) = &spec.flux_source {
             self.flux(flux);
         }
+    }
+
+    /// The Program, Secrets and ServiceAccount the spec names are valid object names.
+    fn object_names(&mut self, spec: &StackSpec) {
         if let Some(program) = &spec.program_ref {
             if program.name.trim().is_empty() {
                 self.error("spec.programRef.name", "must name a Program");
@@ -355,7 +369,10 @@ impl Validator<'_> {
                 self.object_name(field, v);
             }
         }
+    }
 
+    /// `envRefs` (valid, unreserved variable names), `secretsRef` and `secretRefs`.
+    fn env_and_secret_refs(&mut self, spec: &StackSpec) {
         if let Some(env_refs) = &spec.env_refs {
             for (key, r) in env_refs {
                 if key.is_empty() || key.contains('=') {
@@ -377,6 +394,10 @@ impl Validator<'_> {
                 self.value_ref(&format!("{field}.{key}"), r);
             }
         }
+    }
+
+    /// `configRef` and `configRefs` name a ConfigMap and one of its keys.
+    fn config_refs(&mut self, spec: &StackSpec) {
         for (field, map) in [
             ("spec.configRef", &spec.config_ref),
             ("spec.configRefs", &spec.config_refs),
@@ -395,10 +416,9 @@ impl Validator<'_> {
                 }
             }
         }
-        self.config_keys(spec);
+    }
 
-        self.prerequisites(spec, name);
-
+    fn timeout_and_reclaim(&mut self, spec: &StackSpec) {
         if let Some(timeout) = spec.operation_timeout_seconds {
             if timeout <= 0 {
                 self.error(
