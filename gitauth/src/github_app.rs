@@ -14,25 +14,64 @@ use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::PrivateKeyDer;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// Why a GitHub App's credentials could not become an installation token. Messages never
+/// hold the private key; URLs in them are shown without user info.
+#[derive(thiserror::Error, Debug)]
+pub enum GitHubAppError {
+    #[error("the GitHub App private key holds no PEM private key")]
+    NoPemKey,
+    #[error("the GitHub App private key is not valid PEM: {0}")]
+    BadPem(pem::Error),
+    #[error("the GitHub App private key is not an RSA key")]
+    NotRsa,
+    #[error("the GitHub App private key is not usable: {0}")]
+    UnusableKey(ring::error::KeyRejected),
+    #[error("the GitHub App ID is empty")]
+    EmptyAppId,
+    #[error("signing the GitHub App JWT failed")]
+    Signing,
+    /// The installation ID as shown (redacted).
+    #[error("the GitHub App installation ID must be a number, not {0:?}")]
+    InstallationId(String),
+    /// The API URL as shown (redacted).
+    #[error("the GitHub API URL must start with https:// (got {0:?})")]
+    ApiUrl(String),
+    #[error("GitHub App token exchange: {0}")]
+    Client(reqwest::Error),
+    /// `url` as shown; `cause` is the redacted error chain.
+    #[error("GitHub App token exchange at {url} failed: {cause}")]
+    Request { url: String, cause: String },
+    /// The server answered with another status than 201 Created.
+    #[error("GitHub App token exchange at {url}: HTTP {status}{hint}: {detail}")]
+    Refused {
+        url: String,
+        status: reqwest::StatusCode,
+        hint: &'static str,
+        detail: String,
+    },
+    #[error("GitHub App token exchange at {0}: the response holds no token")]
+    NoToken(String),
+}
+
 /// The RSA key of a GitHub App, from PEM (`BEGIN RSA PRIVATE KEY` or `BEGIN PRIVATE KEY`).
-pub fn parse_key(pem: &str) -> Result<RsaKeyPair, String> {
+pub fn parse_key(pem: &str) -> Result<RsaKeyPair, GitHubAppError> {
     let der = PrivateKeyDer::from_pem_slice(pem.trim().as_bytes()).map_err(|e| match e {
-        pem::Error::NoItemsFound => "the GitHub App private key holds no PEM private key".into(),
-        e => format!("the GitHub App private key is not valid PEM: {e}"),
+        pem::Error::NoItemsFound => GitHubAppError::NoPemKey,
+        e => GitHubAppError::BadPem(e),
     })?;
     let parsed = match &der {
         PrivateKeyDer::Pkcs1(k) => RsaKeyPair::from_der(k.secret_pkcs1_der()),
         PrivateKeyDer::Pkcs8(k) => RsaKeyPair::from_pkcs8(k.secret_pkcs8_der()),
-        _ => return Err("the GitHub App private key is not an RSA key".into()),
+        _ => return Err(GitHubAppError::NotRsa),
     };
-    parsed.map_err(|e| format!("the GitHub App private key is not usable: {e}"))
+    parsed.map_err(GitHubAppError::UnusableKey)
 }
 
 /// The app's JWT at `now` (seconds since the epoch).
-pub fn jwt(app_id: &str, private_key_pem: &str, now: u64) -> Result<String, String> {
+pub fn jwt(app_id: &str, private_key_pem: &str, now: u64) -> Result<String, GitHubAppError> {
     let app_id = app_id.trim();
     if app_id.is_empty() {
-        return Err("the GitHub App ID is empty".into());
+        return Err(GitHubAppError::EmptyAppId);
     }
     let key = parse_key(private_key_pem)?;
     let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"RS256","typ":"JWT"}"#);
@@ -52,7 +91,7 @@ pub fn jwt(app_id: &str, private_key_pem: &str, now: u64) -> Result<String, Stri
         signing_input.as_bytes(),
         &mut signature,
     )
-    .map_err(|_| "signing the GitHub App JWT failed".to_string())?;
+    .map_err(|_| GitHubAppError::Signing)?;
     Ok(format!(
         "{signing_input}.{}",
         URL_SAFE_NO_PAD.encode(signature)
@@ -60,20 +99,14 @@ pub fn jwt(app_id: &str, private_key_pem: &str, now: u64) -> Result<String, Stri
 }
 
 /// The token-exchange URL for an installation.
-pub fn access_tokens_url(api_url: &str, installation_id: &str) -> Result<String, String> {
+pub fn access_tokens_url(api_url: &str, installation_id: &str) -> Result<String, GitHubAppError> {
     let id = installation_id.trim();
     if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!(
-            "the GitHub App installation ID must be a number, not {:?}",
-            crate::redact::urls(id)
-        ));
+        return Err(GitHubAppError::InstallationId(crate::redact::urls(id)));
     }
     let api = api_url.trim().trim_end_matches('/');
     if !(api.starts_with("https://") || api.starts_with("http://")) {
-        return Err(format!(
-            "the GitHub API URL must start with https:// (got {:?})",
-            crate::redact::urls(api)
-        ));
+        return Err(GitHubAppError::ApiUrl(crate::redact::urls(api)));
     }
     Ok(format!("{api}/app/installations/{id}/access_tokens"))
 }
@@ -88,7 +121,7 @@ pub fn installation_token(
     app_id: &str,
     installation_id: &str,
     private_key_pem: &str,
-) -> Result<String, String> {
+) -> Result<String, GitHubAppError> {
     installation_token_within(
         api_url,
         app_id,
@@ -105,7 +138,7 @@ pub fn installation_token_within(
     installation_id: &str,
     private_key_pem: &str,
     within: Duration,
-) -> Result<String, String> {
+) -> Result<String, GitHubAppError> {
     crate::ensure_crypto_provider();
     let url = access_tokens_url(api_url, installation_id)?;
     let shown = crate::redact::urls(&url);
@@ -119,18 +152,16 @@ pub fn installation_token_within(
         .timeout(within)
         .user_agent(concat!("pulumi-operator-rs/", env!("CARGO_PKG_VERSION")))
         .build()
-        .map_err(|e| format!("GitHub App token exchange: {e}"))?;
+        .map_err(GitHubAppError::Client)?;
     let response = client
         .post(&url)
         .bearer_auth(&token)
         .header("Accept", "application/vnd.github+json")
         .header("X-GitHub-Api-Version", "2022-11-28")
         .send()
-        .map_err(|e| {
-            format!(
-                "GitHub App token exchange at {shown} failed: {}",
-                crate::redact::urls(&error_chain(&e))
-            )
+        .map_err(|e| GitHubAppError::Request {
+            url: shown.clone(),
+            cause: crate::redact::urls(&error_chain(&e)),
         })?;
     let status = response.status();
     let body = response.text().unwrap_or_default();
@@ -145,16 +176,16 @@ pub fn installation_token_within(
             404 => " (no such installation of this app; check the installation ID and the API URL)",
             _ => "",
         };
-        return Err(format!(
-            "GitHub App token exchange at {shown}: HTTP {status}{hint}: {}",
-            detail.trim()
-        ));
+        return Err(GitHubAppError::Refused {
+            url: shown,
+            status,
+            hint,
+            detail: detail.trim().to_string(),
+        });
     }
     match parsed["token"].as_str() {
         Some(t) if !t.is_empty() => Ok(t.to_string()),
-        _ => Err(format!(
-            "GitHub App token exchange at {shown}: the response holds no token"
-        )),
+        _ => Err(GitHubAppError::NoToken(shown)),
     }
 }
 
@@ -254,8 +285,14 @@ mod tests {
             assert_eq!(claims["iat"], 1_700_000_000u64 - 60);
             assert_eq!(claims["exp"], 1_700_000_000u64 + 600);
         }
-        assert!(jwt("1", "not a key", 0).unwrap_err().contains("no PEM"));
-        assert!(jwt("", &pkcs1, 0).unwrap_err().contains("empty"));
+        assert!(jwt("1", "not a key", 0)
+            .unwrap_err()
+            .to_string()
+            .contains("no PEM"));
+        assert!(jwt("", &pkcs1, 0)
+            .unwrap_err()
+            .to_string()
+            .contains("empty"));
     }
 
     #[test]
@@ -335,7 +372,9 @@ mod tests {
             "401 Unauthorized",
             r#"{"message":"A JSON web token could not be decoded"}"#,
         );
-        let e = installation_token(&url, "7", "31", &pkcs1).unwrap_err();
+        let e = installation_token(&url, "7", "31", &pkcs1)
+            .unwrap_err()
+            .to_string();
         server.join().unwrap();
         assert!(e.contains("HTTP 401"), "{e}");
         assert!(e.contains("could not be decoded"), "{e}");

@@ -46,6 +46,46 @@ pub mod env {
     pub const GITHUB_API_URL: &str = "GITHUB_API_URL";
 }
 
+/// Why credentials cannot be read from the environment, or cannot work with a URL. URLs in
+/// messages are shown without user info.
+#[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
+pub enum CredentialsError {
+    /// The names of the missing variables, comma-separated.
+    #[error("GitHub App credentials are incomplete: {0} not set")]
+    IncompleteGitHubApp(String),
+    #[error("{} is set but {} is not", env::USERNAME, env::PASSWORD)]
+    UsernameWithoutPassword,
+    #[error(
+        "an SSH key (gitAuth.sshAuth) needs an SSH repository URL (ssh://… or user@host:path), not {0}"
+    )]
+    SshKeyNeedsSshUrl(String),
+    #[error(
+        "{kind} credentials need an HTTP(S) repository URL; {url} is an SSH URL (use gitAuth.sshAuth)"
+    )]
+    NeedsHttpUrl { kind: &'static str, url: String },
+}
+
+/// Why a [`Session`] could not be prepared. The texts of the SSH and GitHub App failures are
+/// redacted with the session's secrets.
+#[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
+pub enum SessionError {
+    #[error(transparent)]
+    Credentials(#[from] CredentialsError),
+    /// A redacted [`ssh::SshError`].
+    #[error("{0}")]
+    Ssh(String),
+    /// A redacted [`github_app::GitHubAppError`].
+    #[error("{0}")]
+    GitHubApp(String),
+}
+
+/// For callers that carry errors as text: the message, unchanged.
+impl From<SessionError> for String {
+    fn from(e: SessionError) -> String {
+        e.to_string()
+    }
+}
+
 /// Resolved git credentials (the values, not references to them).
 #[derive(Clone, PartialEq, Eq, Default)]
 pub enum Credentials {
@@ -97,7 +137,9 @@ impl Credentials {
 
     /// From the `fetch` container's environment ([`env`]). Precedence as on the operator side
     /// (PKO's): an SSH key, then a token, then a GitHub App, then user name and password.
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Credentials, String> {
+    pub fn from_lookup(
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<Credentials, CredentialsError> {
         let get = |k: &str| nonempty(get(k));
         if let Some(private_key) = get(env::SSH_PRIVATE_KEY) {
             return Ok(Credentials::Ssh {
@@ -122,10 +164,7 @@ impl Credentials {
                 .map(|(k, _)| *k)
                 .collect();
             if !missing.is_empty() {
-                return Err(format!(
-                    "GitHub App credentials are incomplete: {} not set",
-                    missing.join(", ")
-                ));
+                return Err(CredentialsError::IncompleteGitHubApp(missing.join(", ")));
             }
             let [(_, id), (_, installation), (_, key)] = app;
             return Ok(Credentials::GitHubApp {
@@ -141,17 +180,13 @@ impl Credentials {
                 username: line(&username),
                 password: line(&password),
             }),
-            (Some(_), None) => Err(format!(
-                "{} is set but {} is not",
-                env::USERNAME,
-                env::PASSWORD
-            )),
+            (Some(_), None) => Err(CredentialsError::UsernameWithoutPassword),
             _ => Ok(Credentials::None),
         }
     }
 
     /// [`Credentials::from_lookup`] on this process's environment.
-    pub fn from_env() -> Result<Credentials, String> {
+    pub fn from_env() -> Result<Credentials, CredentialsError> {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
 
@@ -224,19 +259,17 @@ impl Credentials {
 
     /// Refuses credentials that cannot work with the URL's transport, with a clear message
     /// (an SSH key for an `https://` URL, a password for an SSH URL).
-    pub fn check_url(&self, url: &str) -> Result<(), String> {
+    pub fn check_url(&self, url: &str) -> Result<(), CredentialsError> {
         let scheme = transport(url);
         match (self, scheme) {
-            (Credentials::Ssh { .. }, Transport::Http) => Err(format!(
-                "an SSH key (gitAuth.sshAuth) needs an SSH repository URL (ssh://… or user@host:path), not {}",
-                redact::urls(url)
-            )),
+            (Credentials::Ssh { .. }, Transport::Http) => {
+                Err(CredentialsError::SshKeyNeedsSshUrl(redact::urls(url)))
+            }
             (Credentials::Basic { .. } | Credentials::GitHubApp { .. }, Transport::Ssh) => {
-                Err(format!(
-                    "{} credentials need an HTTP(S) repository URL; {} is an SSH URL (use gitAuth.sshAuth)",
-                    self.kind(),
-                    redact::urls(url)
-                ))
+                Err(CredentialsError::NeedsHttpUrl {
+                    kind: self.kind(),
+                    url: redact::urls(url),
+                })
             }
             _ => Ok(()),
         }
@@ -321,7 +354,7 @@ fn same_host(repository: Option<&str>, asked: Option<&str>) -> bool {
 impl Session {
     /// Prepares `creds` for `url` (blocking: a GitHub App exchange is an HTTP call, bounded by
     /// [`github_app::EXCHANGE_TIMEOUT`]).
-    pub fn prepare(creds: &Credentials, url: &str) -> Result<Session, String> {
+    pub fn prepare(creds: &Credentials, url: &str) -> Result<Session, SessionError> {
         Session::prepare_within(creds, url, github_app::EXCHANGE_TIMEOUT)
     }
 
@@ -330,7 +363,7 @@ impl Session {
         creds: &Credentials,
         url: &str,
         within: std::time::Duration,
-    ) -> Result<Session, String> {
+    ) -> Result<Session, SessionError> {
         ensure_crypto_provider();
         let mut redactor = redact::Redactor::default();
         for v in creds.secret_values() {
@@ -356,7 +389,7 @@ impl Session {
             } => {
                 let files =
                     ssh::SshFiles::new(private_key, passphrase.as_deref(), known_hosts.as_deref())
-                        .map_err(|e| session.redact(&e))?;
+                        .map_err(|e| SessionError::Ssh(session.redact(&e.to_string())))?;
                 session.ssh = Some(files);
             }
             Credentials::GitHubApp {
@@ -372,7 +405,7 @@ impl Session {
                     private_key,
                     within,
                 )
-                .map_err(|e| session.redact(&e))?;
+                .map_err(|e| SessionError::GitHubApp(session.redact(&e.to_string())))?;
                 session.redactor.add(&token);
                 session.http = Some((GITHUB_APP_USER.to_string(), token));
             }
@@ -628,9 +661,13 @@ mod tests {
                 api_url: DEFAULT_GITHUB_API_URL.into()
             }
         );
-        let e = Credentials::from_lookup(lookup(&[("GIT_GITHUB_APP_ID", "12")])).unwrap_err();
+        let e = Credentials::from_lookup(lookup(&[("GIT_GITHUB_APP_ID", "12")]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("GIT_GITHUB_APP_PRIVATE_KEY"), "{e}");
-        let e = Credentials::from_lookup(lookup(&[("GIT_USERNAME", "u")])).unwrap_err();
+        let e = Credentials::from_lookup(lookup(&[("GIT_USERNAME", "u")]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("GIT_PASSWORD"), "{e}");
         // Empty values (optional secretKeyRefs of a gitAuthSecret) count as unset.
         let c =
@@ -678,7 +715,8 @@ mod tests {
         assert!(ssh.check_url("ssh://git@host:2222/r.git").is_ok());
         let e = ssh
             .check_url("https://u:pw@github.com/org/repo")
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("SSH repository URL") && !e.contains("pw@"),
             "{e}"
@@ -689,6 +727,7 @@ mod tests {
         assert!(tok
             .check_url("git@github.com:org/repo.git")
             .unwrap_err()
+            .to_string()
             .contains("sshAuth"));
         assert_eq!(transport("http://127.0.0.1:1/x.git"), Transport::Http);
         assert_eq!(transport("/tmp/x.git"), Transport::Other);

@@ -49,26 +49,58 @@ impl std::fmt::Debug for SshFiles {
     }
 }
 
-fn write_private(path: &Path, contents: &[u8], mode: u32) -> Result<(), String> {
+/// Why the SSH files could not be written. Messages never hold the key or its passphrase.
+#[derive(thiserror::Error, Debug)]
+pub enum SshError {
+    #[error(
+        "the SSH private key is not a PEM or OpenSSH private key (it should start with \
+         -----BEGIN … PRIVATE KEY-----)"
+    )]
+    NotAKey,
+    #[error("cannot create a temporary directory for the SSH key in {}: {source}", .dir.display())]
+    TempDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot create {}: {source}", .path.display())]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {}: {source}", .path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} is not UTF-8", .0.display())]
+    NotUtf8(PathBuf),
+    #[error("the temporary directory {0:?} has a quote in its path; set TMPDIR")]
+    Quote(String),
+}
+
+fn write_private(path: &Path, contents: &[u8], mode: u32) -> Result<(), SshError> {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(mode)
         .open(path)
-        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    f.write_all(contents)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(|source| SshError::Create {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    f.write_all(contents).map_err(|source| SshError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// A path for a single-quoted shell word and a double-quoted ssh_config value.
-fn quotable(path: &Path) -> Result<String, String> {
+fn quotable(path: &Path) -> Result<String, SshError> {
     let s = path
         .to_str()
-        .ok_or_else(|| format!("{} is not UTF-8", path.display()))?;
+        .ok_or_else(|| SshError::NotUtf8(path.to_path_buf()))?;
     if s.contains(['\'', '"', '\\', '\n']) {
-        return Err(format!(
-            "the temporary directory {s:?} has a quote in its path; set TMPDIR"
-        ));
+        return Err(SshError::Quote(s.to_string()));
     }
     Ok(s.to_string())
 }
@@ -80,82 +112,103 @@ fn normalize(text: &str) -> String {
     t
 }
 
+/// The private temporary directory (mode 0700) that holds one session's files.
+fn private_dir() -> Result<tempfile::TempDir, SshError> {
+    use std::os::unix::fs::PermissionsExt;
+    tempfile::Builder::new()
+        .prefix("git-ssh-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .map_err(|source| SshError::TempDir {
+            dir: std::env::temp_dir(),
+            source,
+        })
+}
+
+/// Writes `known_hosts` (empty without lines) and returns the `StrictHostKeyChecking` value.
+fn write_known_hosts(root: &Path, known_hosts: Option<&str>) -> Result<&'static str, SshError> {
+    match known_hosts.map(str::trim).filter(|k| !k.is_empty()) {
+        Some(k) => {
+            write_private(&root.join("known_hosts"), normalize(k).as_bytes(), 0o600)?;
+            Ok("yes")
+        }
+        None => {
+            write_private(&root.join("known_hosts"), b"", 0o600)?;
+            Ok("accept-new")
+        }
+    }
+}
+
+/// Writes the passphrase and the askpass script that prints it; returns the environment
+/// assignments that make ssh use the script.
+fn write_askpass(root: &Path, pass: &str) -> Result<String, SshError> {
+    write_private(&root.join("passphrase"), pass.as_bytes(), 0o600)?;
+    let script = format!(
+        "#!/bin/sh\nexec cat '{}'\n",
+        quotable(&root.join("passphrase"))?
+    );
+    write_private(&root.join("askpass"), script.as_bytes(), 0o700)?;
+    Ok(format!(
+        "SSH_ASKPASS='{}' SSH_ASKPASS_REQUIRE=force ",
+        quotable(&root.join("askpass"))?
+    ))
+}
+
+/// Writes the `ssh_config` naming the key and `known_hosts` of `root`.
+fn write_config(root: &Path, strict: &str, batch: bool) -> Result<(), SshError> {
+    let config = format!(
+        "# One git operation's SSH settings (pulumi-gitauth); removed afterwards.\n\
+         Host *\n\
+         \x20 IdentityFile \"{id}\"\n\
+         \x20 IdentitiesOnly yes\n\
+         \x20 IdentityAgent none\n\
+         \x20 UserKnownHostsFile \"{known}\"\n\
+         \x20 GlobalKnownHostsFile /dev/null\n\
+         \x20 StrictHostKeyChecking {strict}\n\
+         \x20 HashKnownHosts no\n\
+         \x20 UpdateHostKeys no\n\
+         \x20 PreferredAuthentications publickey\n\
+         \x20 PasswordAuthentication no\n\
+         \x20 KbdInteractiveAuthentication no\n\
+         \x20 BatchMode {batch}\n\
+         \x20 NumberOfPasswordPrompts 1\n\
+         \x20 ConnectTimeout 30\n\
+         \x20 ServerAliveInterval 15\n\
+         \x20 ServerAliveCountMax 4\n\
+         \x20 LogLevel ERROR\n",
+        id = quotable(&root.join("id"))?,
+        known = quotable(&root.join("known_hosts"))?,
+        batch = if batch { "yes" } else { "no" },
+    );
+    write_private(&root.join("config"), config.as_bytes(), 0o600)
+}
+
 impl SshFiles {
     pub fn new(
         private_key: &str,
         passphrase: Option<&str>,
         known_hosts: Option<&str>,
-    ) -> Result<SshFiles, String> {
+    ) -> Result<SshFiles, SshError> {
         if !private_key.contains("PRIVATE KEY-----") {
-            return Err(
-                "the SSH private key is not a PEM or OpenSSH private key (it should start with \
-                 -----BEGIN … PRIVATE KEY-----)"
-                    .into(),
-            );
+            return Err(SshError::NotAKey);
         }
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::Builder::new()
-            .prefix("git-ssh-")
-            .permissions(std::fs::Permissions::from_mode(0o700))
-            .tempdir()
-            .map_err(|e| {
-                format!(
-                    "cannot create a temporary directory for the SSH key in {}: {e}",
-                    std::env::temp_dir().display()
-                )
-            })?;
+        let dir = private_dir()?;
         let root = dir.path();
-        let p = |name: &str| -> Result<String, String> { quotable(&root.join(name)) };
         write_private(&root.join("id"), normalize(private_key).as_bytes(), 0o600)?;
-        let strict = match known_hosts.map(str::trim).filter(|k| !k.is_empty()) {
-            Some(k) => {
-                write_private(&root.join("known_hosts"), normalize(k).as_bytes(), 0o600)?;
-                "yes"
-            }
-            None => {
-                write_private(&root.join("known_hosts"), b"", 0o600)?;
-                "accept-new"
-            }
-        };
+        let strict = write_known_hosts(root, known_hosts)?;
         let passphrase = passphrase.filter(|p| !p.is_empty());
-        let mut env = String::new();
-        if let Some(pass) = passphrase {
-            write_private(&root.join("passphrase"), pass.as_bytes(), 0o600)?;
-            let script = format!("#!/bin/sh\nexec cat '{}'\n", p("passphrase")?);
-            write_private(&root.join("askpass"), script.as_bytes(), 0o700)?;
-            env.push_str(&format!(
-                "SSH_ASKPASS='{}' SSH_ASKPASS_REQUIRE=force ",
-                p("askpass")?
-            ));
-        }
-        let config = format!(
-            "# One git operation's SSH settings (pulumi-gitauth); removed afterwards.\n\
-             Host *\n\
-             \x20 IdentityFile \"{id}\"\n\
-             \x20 IdentitiesOnly yes\n\
-             \x20 IdentityAgent none\n\
-             \x20 UserKnownHostsFile \"{known}\"\n\
-             \x20 GlobalKnownHostsFile /dev/null\n\
-             \x20 StrictHostKeyChecking {strict}\n\
-             \x20 HashKnownHosts no\n\
-             \x20 UpdateHostKeys no\n\
-             \x20 PreferredAuthentications publickey\n\
-             \x20 PasswordAuthentication no\n\
-             \x20 KbdInteractiveAuthentication no\n\
-             \x20 BatchMode {batch}\n\
-             \x20 NumberOfPasswordPrompts 1\n\
-             \x20 ConnectTimeout 30\n\
-             \x20 ServerAliveInterval 15\n\
-             \x20 ServerAliveCountMax 4\n\
-             \x20 LogLevel ERROR\n",
-            id = p("id")?,
-            known = p("known_hosts")?,
-            batch = if passphrase.is_some() { "no" } else { "yes" },
-        );
-        write_private(&root.join("config"), config.as_bytes(), 0o600)?;
+        let env = match passphrase {
+            Some(pass) => write_askpass(root, pass)?,
+            None => String::new(),
+        };
+        write_config(root, strict, passphrase.is_none())?;
         // ssh's own messages go to a file of the session, read by `Session::explain` (gitoxide
         // would recognise only some of them and print the others on our stderr).
-        let tail = format!("-F '{}' \"$@\" 2>>'{}'", p("config")?, p("ssh.log")?);
+        let tail = format!(
+            "-F '{}' \"$@\" 2>>'{}'",
+            quotable(&root.join("config"))?,
+            quotable(&root.join("ssh.log"))?
+        );
         Ok(SshFiles {
             dir,
             env,
@@ -286,7 +339,9 @@ mod tests {
 
     #[test]
     fn not_a_key_is_refused_without_echoing_it() {
-        let e = SshFiles::new("hunter2", None, None).unwrap_err();
+        let e = SshFiles::new("hunter2", None, None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not a PEM or OpenSSH private key"), "{e}");
         assert!(!e.contains("hunter2"));
     }

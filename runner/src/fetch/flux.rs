@@ -15,14 +15,48 @@ pub const DEFAULT_MAX_BYTES: u64 = 100 * 1024 * 1024;
 
 const ATTEMPTS: u32 = 4;
 
+/// Why an artifact could not be fetched. URLs in messages are shown without user info.
+#[derive(Debug, thiserror::Error)]
+pub enum ArtifactError {
+    #[error("unsupported digest {0:?} (expected sha256:<hex>)")]
+    UnsupportedDigest(String),
+    #[error("malformed digest {0:?}")]
+    MalformedDigest(String),
+    #[error("{0}")]
+    Client(reqwest::Error),
+    /// The last attempt's failure, redacted.
+    #[error("{0}")]
+    Download(String),
+    #[error("cannot create {}: {source}", .dir.display())]
+    CreateDir {
+        dir: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("not a tar.gz archive: {0}")]
+    NotTarGz(std::io::Error),
+    #[error("corrupt archive: {0}")]
+    Corrupt(std::io::Error),
+    #[error("the artifact has more than {MAX_ENTRIES} entries")]
+    TooManyEntries,
+    /// The entry's path, as shown.
+    #[error("the archive entry {0:?} points outside the destination")]
+    Outside(String),
+    #[error("the archive entry {path:?} has an unsupported type {kind:?}")]
+    UnsupportedType { path: String, kind: tar::EntryType },
+    #[error("the unpacked artifact is larger than {0} bytes")]
+    TooLarge(u64),
+    #[error("cannot unpack {path:?}: {error}")]
+    Unpack { path: String, error: std::io::Error },
+}
+
 /// The hex SHA-256 of a `sha256:<hex>` digest.
-pub fn parse_digest(digest: &str) -> Result<String, String> {
+pub fn parse_digest(digest: &str) -> Result<String, ArtifactError> {
     let hex = digest
         .strip_prefix("sha256:")
-        .ok_or_else(|| format!("unsupported digest {digest:?} (expected sha256:<hex>)"))?
+        .ok_or_else(|| ArtifactError::UnsupportedDigest(digest.to_string()))?
         .to_ascii_lowercase();
     if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!("malformed digest {digest:?}"));
+        return Err(ArtifactError::MalformedDigest(digest.to_string()));
     }
     Ok(hex)
 }
@@ -36,35 +70,35 @@ pub fn fetch(
     max_bytes: u64,
 ) -> Result<(), Failure> {
     let shown = redact::urls(url);
-    let fail = |detail: String| {
+    let fail = |detail: &dyn std::fmt::Display| {
         Failure::source_unavailable(format!(
             "cannot fetch the artifact {shown} ({digest}): {detail}"
         ))
     };
-    let want = parse_digest(digest).map_err(fail)?;
+    let want = parse_digest(digest).map_err(|e| fail(&e))?;
     let file = scratch.join("artifact.tar.gz");
     log(format!("downloading {shown}"));
-    let got = download_with_retries(url, &file, max_bytes).map_err(&fail)?;
+    let got = download_with_retries(url, &file, max_bytes).map_err(|e| fail(&e))?;
     if got != want {
         let _ = std::fs::remove_file(&file);
-        return Err(fail(format!(
+        return Err(fail(&format!(
             "digest mismatch: the download has sha256:{got}"
         )));
     }
-    let reader = std::fs::File::open(&file).map_err(|e| fail(e.to_string()))?;
-    let unpacked = unpack(reader, dest, max_bytes).map_err(&fail);
+    let reader = std::fs::File::open(&file).map_err(|e| fail(&e))?;
+    let unpacked = unpack(reader, dest, max_bytes).map_err(|e| fail(&e));
     let _ = std::fs::remove_file(&file);
     unpacked?;
     log(format!("unpacked {digest}"));
     Ok(())
 }
 
-fn download_with_retries(url: &str, file: &Path, max_bytes: u64) -> Result<String, String> {
+fn download_with_retries(url: &str, file: &Path, max_bytes: u64) -> Result<String, ArtifactError> {
     let client = reqwest::blocking::Client::builder()
         .connect_timeout(Duration::from_secs(30))
         .timeout(Duration::from_secs(15 * 60))
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(ArtifactError::Client)?;
     let backoff = Backoff::new(Duration::from_secs(1), 2.0, Duration::from_secs(30));
     let mut attempt = 1;
     loop {
@@ -80,7 +114,7 @@ fn download_with_retries(url: &str, file: &Path, max_bytes: u64) -> Result<Strin
                 std::thread::sleep(delay);
                 attempt += 1;
             }
-            Err((_, e)) => return Err(redact::urls(&e)),
+            Err((_, e)) => return Err(ArtifactError::Download(redact::urls(&e))),
         }
     }
 }
@@ -142,62 +176,56 @@ pub const MAX_ENTRIES: u64 = 100_000;
 
 /// Unpacks a tar.gz stream into `dest`. Only files, directories and links are allowed; every
 /// entry must have a relative path without `..`; the declared sizes may add up to `max_bytes`.
-pub fn unpack(reader: impl Read, dest: &Path, max_bytes: u64) -> Result<(), String> {
-    std::fs::create_dir_all(dest).map_err(|e| format!("cannot create {}: {e}", dest.display()))?;
+pub fn unpack(reader: impl Read, dest: &Path, max_bytes: u64) -> Result<(), ArtifactError> {
+    std::fs::create_dir_all(dest).map_err(|source| ArtifactError::CreateDir {
+        dir: dest.to_path_buf(),
+        source,
+    })?;
     let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(reader));
     archive.set_overwrite(true);
     archive.set_preserve_permissions(false);
     archive.set_unpack_xattrs(false);
     let mut total: u64 = 0;
     let mut count: u64 = 0;
-    let entries = archive
-        .entries()
-        .map_err(|e| format!("not a tar.gz archive: {e}"))?;
+    let entries = archive.entries().map_err(ArtifactError::NotTarGz)?;
     for entry in entries {
-        let mut entry = entry.map_err(|e| format!("corrupt archive: {e}"))?;
+        let mut entry = entry.map_err(ArtifactError::Corrupt)?;
         // A bomb of empty entries costs inodes, not bytes.
         count += 1;
         if count > MAX_ENTRIES {
-            return Err(format!("the artifact has more than {MAX_ENTRIES} entries"));
+            return Err(ArtifactError::TooManyEntries);
         }
-        let path = entry
-            .path()
-            .map_err(|e| format!("corrupt archive: {e}"))?
-            .into_owned();
+        let path = entry.path().map_err(ArtifactError::Corrupt)?.into_owned();
+        let shown = path.display().to_string();
         if path
             .components()
             .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
         {
-            return Err(format!(
-                "the archive entry {:?} points outside the destination",
-                path.display().to_string()
-            ));
+            return Err(ArtifactError::Outside(shown));
         }
         use tar::EntryType::*;
         match entry.header().entry_type() {
             Regular | Continuous | Directory | Symlink | Link | GNUSparse => {}
             XGlobalHeader | XHeader | GNULongName | GNULongLink => continue,
             other => {
-                return Err(format!(
-                    "the archive entry {:?} has an unsupported type {other:?}",
-                    path.display().to_string()
-                ))
+                return Err(ArtifactError::UnsupportedType {
+                    path: shown,
+                    kind: other,
+                })
             }
         }
         total = total.saturating_add(entry.header().size().unwrap_or(0));
         if total > max_bytes {
-            return Err(format!(
-                "the unpacked artifact is larger than {max_bytes} bytes"
-            ));
+            return Err(ArtifactError::TooLarge(max_bytes));
         }
         let inside = entry
             .unpack_in(dest)
-            .map_err(|e| format!("cannot unpack {:?}: {e}", path.display().to_string()))?;
+            .map_err(|error| ArtifactError::Unpack {
+                path: shown.clone(),
+                error,
+            })?;
         if !inside {
-            return Err(format!(
-                "the archive entry {:?} points outside the destination",
-                path.display().to_string()
-            ));
+            return Err(ArtifactError::Outside(shown));
         }
     }
     Ok(())
@@ -256,19 +284,27 @@ mod tests {
     fn rejects_traversal_and_oversize() {
         let dir = tempfile::tempdir().unwrap();
         let evil = tar_gz(&[("../evil", b"x")]);
-        let e = unpack(&evil[..], &dir.path().join("d"), 1024).unwrap_err();
+        let e = unpack(&evil[..], &dir.path().join("d"), 1024)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("outside"), "{e}");
         assert!(!dir.path().join("evil").exists());
         let evil = tar_gz(&[("/abs", b"x")]);
         assert!(unpack(&evil[..], &dir.path().join("d"), 1024).is_err());
         let names: Vec<String> = (0..=MAX_ENTRIES).map(|i| format!("f{i}")).collect();
         let many: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b""[..])).collect();
-        let e = unpack(&tar_gz(&many)[..], &dir.path().join("many"), 1024).unwrap_err();
+        let e = unpack(&tar_gz(&many)[..], &dir.path().join("many"), 1024)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("entries"), "{e}");
         let big = tar_gz(&[("a", &[0u8; 2048])]);
-        let e = unpack(&big[..], &dir.path().join("d"), 1024).unwrap_err();
+        let e = unpack(&big[..], &dir.path().join("d"), 1024)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("larger"), "{e}");
-        let e = unpack(&b"not gzip"[..], &dir.path().join("d"), 1024).unwrap_err();
+        let e = unpack(&b"not gzip"[..], &dir.path().join("d"), 1024)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("archive"), "{e}");
     }
 }

@@ -78,7 +78,7 @@ pub fn fetch(spec: &GitSpec, dest: &Path, credentials: &Credentials) -> Result<S
     }
     // For a GitHub App this exchanges the app's key for an installation token; for SSH it
     // writes the key into a private temporary directory (removed when `auth` is dropped).
-    let auth = Session::prepare(credentials, &spec.url).map_err(&fail)?;
+    let auth = Session::prepare(credentials, &spec.url).map_err(|e| fail(e.to_string()))?;
     let auth = &auth;
     let head = match commit {
         Some(id) => match clone_once(spec, dest, &Strategy::Revision(id), auth) {
@@ -90,7 +90,7 @@ pub fn fetch(spec: &GitSpec, dest: &Path, credentials: &Credentials) -> Result<S
                     redact::urls(&first.message)
                 ));
                 with_retries(|| clone_once(spec, dest, &Strategy::Everything(id), auth))
-                    .map_err(fail)?
+                    .map_err(|e| fail(e.message))?
             }
         },
         None => {
@@ -98,7 +98,7 @@ pub fn fetch(spec: &GitSpec, dest: &Path, credentials: &Credentials) -> Result<S
                 Some(r) => Strategy::Reference(r.clone()),
                 None => Strategy::RemoteHead,
             };
-            with_retries(|| clone_once(spec, dest, &strategy, auth)).map_err(fail)?
+            with_retries(|| clone_once(spec, dest, &strategy, auth)).map_err(|e| fail(e.message))?
         }
     };
     if let Some(id) = commit {
@@ -111,13 +111,17 @@ pub fn fetch(spec: &GitSpec, dest: &Path, credentials: &Credentials) -> Result<S
     Ok(head)
 }
 
-fn with_retries(mut attempt: impl FnMut() -> Result<String, CloneError>) -> Result<String, String> {
+/// Runs `attempt` until it succeeds, fails for good or has failed [`ATTEMPTS`] times; the
+/// error is the last attempt's.
+fn with_retries(
+    mut attempt: impl FnMut() -> Result<String, CloneError>,
+) -> Result<String, CloneError> {
     let backoff = Backoff::new(Duration::from_secs(1), 2.0, Duration::from_secs(30));
     let mut n = 1;
     loop {
         match attempt() {
             Ok(v) => return Ok(v),
-            Err(e) if n >= ATTEMPTS || !e.retry => return Err(e.message),
+            Err(e) if n >= ATTEMPTS || !e.retry => return Err(e),
             Err(e) => {
                 let delay = backoff.after(n);
                 log(format!(
@@ -141,12 +145,29 @@ struct CloneError {
     retry: bool,
 }
 
-impl From<String> for CloneError {
-    fn from(message: String) -> CloneError {
-        CloneError {
-            message,
-            retry: true,
-        }
+/// Why one clone attempt failed, before [`Session::explain`] and redaction.
+#[derive(Debug, thiserror::Error)]
+enum AttemptError {
+    #[error("cannot clean {}: {source}", .dir.display())]
+    Clean {
+        dir: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot create {}: {source}", .dir.display())]
+    Create {
+        dir: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    /// A gitoxide error, shown with its chain of sources.
+    #[error("{}", chain_of(.0.as_ref()))]
+    Git(Box<dyn std::error::Error + Send + Sync>),
+    #[error("commit {0} {NOT_FOUND}")]
+    NotFound(gix::ObjectId),
+}
+
+impl AttemptError {
+    fn git(e: impl std::error::Error + Send + Sync + 'static) -> AttemptError {
+        AttemptError::Git(Box::new(e))
     }
 }
 
@@ -158,16 +179,19 @@ fn clone_once(
 ) -> Result<String, CloneError> {
     let flags = AuthFlags::default();
     let result = clone_attempt(spec, dest, strategy, auth, &flags);
-    result.map_err(|message| match auth.explain(&flags, &message) {
-        // Authentication problems are not worth a retry.
-        Some(message) => CloneError {
-            message,
-            retry: false,
-        },
-        None => CloneError {
-            retry: !message.contains(NOT_FOUND),
-            message: auth.redact(&message),
-        },
+    result.map_err(|e| {
+        let message = e.to_string();
+        match auth.explain(&flags, &message) {
+            // Authentication problems are not worth a retry.
+            Some(message) => CloneError {
+                message,
+                retry: false,
+            },
+            None => CloneError {
+                retry: !message.contains(NOT_FOUND),
+                message: auth.redact(&message),
+            },
+        }
     })
 }
 
@@ -177,89 +201,105 @@ fn clone_attempt(
     strategy: &Strategy,
     auth: &Session,
     flags: &AuthFlags,
-) -> Result<String, String> {
-    // Every attempt starts from an empty directory (a failed one may leave files behind).
-    if dest.exists() {
-        std::fs::remove_dir_all(dest)
-            .map_err(|e| format!("cannot clean {}: {e}", dest.display()))?;
+) -> Result<String, AttemptError> {
+    empty_dir(dest)?;
+    let mut prepare = prepare_clone(spec, dest, strategy, auth, flags)?;
+    let interrupt = AtomicBool::new(false);
+    let (mut checkout, _) = prepare
+        .fetch_then_checkout(gix::progress::Discard, &interrupt)
+        .map_err(AttemptError::git)?;
+    if let Strategy::Everything(id) = strategy {
+        point_head_at(checkout.repo(), *id)?;
     }
-    std::fs::create_dir_all(dest).map_err(|e| format!("cannot create {}: {e}", dest.display()))?;
-    let err = |e: &dyn std::error::Error| chain_of(e);
-    let mut prepare = gix::clone::PrepareFetch::new(
+    let (repo, _) = checkout
+        .main_worktree(gix::progress::Discard, &interrupt)
+        .map_err(AttemptError::git)?;
+    let head = repo.head_id().map_err(AttemptError::git)?;
+    Ok(head.to_string())
+}
+
+/// Every attempt starts from an empty directory (a failed one may leave files behind).
+fn empty_dir(dest: &Path) -> Result<(), AttemptError> {
+    if dest.exists() {
+        std::fs::remove_dir_all(dest).map_err(|source| AttemptError::Clean {
+            dir: dest.to_path_buf(),
+            source,
+        })?;
+    }
+    std::fs::create_dir_all(dest).map_err(|source| AttemptError::Create {
+        dir: dest.to_path_buf(),
+        source,
+    })
+}
+
+/// The clone of `spec.url` into `dest` as `strategy` wants it (revision or reference, depth
+/// one when shallow), with the session's configuration and credentials.
+fn prepare_clone(
+    spec: &GitSpec,
+    dest: &Path,
+    strategy: &Strategy,
+    auth: &Session,
+    flags: &AuthFlags,
+) -> Result<gix::clone::PrepareFetch, AttemptError> {
+    let prepare = gix::clone::PrepareFetch::new(
         spec.url.as_str(),
         dest,
         gix::create::Kind::WithWorktree,
         gix::create::Options::default(),
         gix::open::Options::isolated().config_overrides(auth.config_overrides()),
     )
-    .map_err(|e| err(&e))?;
-    let depth_one = Shallow::DepthAtRemote(NonZeroU32::MIN);
-    prepare = match strategy {
-        Strategy::Revision(id) => {
-            let p = prepare
-                .with_revision(Some(id.to_string()))
-                .map_err(|e| err(&e))?;
-            if spec.shallow {
-                p.with_shallow(depth_one)
-            } else {
-                p
-            }
-        }
-        Strategy::Everything(_) => prepare,
-        Strategy::Reference(name) => {
-            let p = prepare
-                .with_ref_name(Some(name.as_str()))
-                .map_err(|e| err(&e))?;
-            if spec.shallow {
-                p.with_shallow(depth_one)
-            } else {
-                p
-            }
-        }
-        Strategy::RemoteHead => {
-            if spec.shallow {
-                prepare.with_shallow(depth_one)
-            } else {
-                prepare
-            }
-        }
+    .map_err(AttemptError::git)?;
+    let prepare = match strategy {
+        Strategy::Revision(id) => prepare
+            .with_revision(Some(id.to_string()))
+            .map_err(AttemptError::git)?,
+        Strategy::Everything(_) => return Ok(with_credentials(prepare, auth, flags)),
+        Strategy::Reference(name) => prepare
+            .with_ref_name(Some(name.as_str()))
+            .map_err(AttemptError::git)?,
+        Strategy::RemoteHead => prepare,
     };
+    let prepare = if spec.shallow {
+        prepare.with_shallow(Shallow::DepthAtRemote(NonZeroU32::MIN))
+    } else {
+        prepare
+    };
+    Ok(with_credentials(prepare, auth, flags))
+}
+
+fn with_credentials(
+    prepare: gix::clone::PrepareFetch,
+    auth: &Session,
+    flags: &AuthFlags,
+) -> gix::clone::PrepareFetch {
     let credentials = auth.credentials_fn(flags);
-    prepare = prepare.configure_connection(move |connection| {
+    prepare.configure_connection(move |connection| {
         connection.set_credentials(credentials.clone());
         Ok(())
-    });
+    })
+}
 
-    let interrupt = AtomicBool::new(false);
-    let (mut checkout, _) = prepare
-        .fetch_then_checkout(gix::progress::Discard, &interrupt)
-        .map_err(|e| err(&e))?;
-    if let Strategy::Everything(id) = strategy {
-        let repo = checkout.repo();
-        let is_commit = repo
-            .find_object(*id)
-            .map(|o| o.kind == gix::object::Kind::Commit)
-            .unwrap_or(false);
-        if !is_commit {
-            return Err(format!("commit {id} {NOT_FOUND}"));
-        }
-        use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit};
-        repo.edit_reference(RefEdit {
-            change: Change::Update {
-                log: LogChange::default(),
-                expected: PreviousValue::Any,
-                new: gix::refs::Target::Object(*id),
-            },
-            name: "HEAD".try_into().map_err(|e| chain_of(&e))?,
-            deref: false,
-        })
-        .map_err(|e| err(&e))?;
+/// Checks that `id` is a commit of the fetched repository and detaches `HEAD` at it.
+fn point_head_at(repo: &gix::Repository, id: gix::ObjectId) -> Result<(), AttemptError> {
+    let is_commit = repo
+        .find_object(id)
+        .map(|o| o.kind == gix::object::Kind::Commit)
+        .unwrap_or(false);
+    if !is_commit {
+        return Err(AttemptError::NotFound(id));
     }
-    let (repo, _) = checkout
-        .main_worktree(gix::progress::Discard, &interrupt)
-        .map_err(|e| err(&e))?;
-    let head = repo.head_id().map_err(|e| err(&e))?;
-    Ok(head.to_string())
+    use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit};
+    repo.edit_reference(RefEdit {
+        change: Change::Update {
+            log: LogChange::default(),
+            expected: PreviousValue::Any,
+            new: gix::refs::Target::Object(id),
+        },
+        name: "HEAD".try_into().map_err(AttemptError::git)?,
+        deref: false,
+    })
+    .map_err(AttemptError::git)?;
+    Ok(())
 }
 
 fn chain_of(e: &dyn std::error::Error) -> String {

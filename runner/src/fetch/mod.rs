@@ -45,8 +45,7 @@ pub fn fetch(plan: &RunPlan, layout: &Layout) -> Result<RunResult, Failure> {
                 reference: reference.clone(),
                 shallow: *shallow,
             };
-            let credentials = git::Credentials::from_env().map_err(Failure::source_unavailable)?;
-            let head = git::fetch(&spec, &source_dir, &credentials)?;
+            let head = clone_git(&spec, &source_dir)?;
             link_project(&source_dir, &sub, &workspace)?;
             format!("fetched {} at {head}", crate::redact::urls(url))
         }
@@ -91,6 +90,13 @@ pub fn fetch(plan: &RunPlan, layout: &Layout) -> Result<RunResult, Failure> {
     let mut result = succeeded(message);
     result.project = project_info(&workspace);
     Ok(result)
+}
+
+/// Clones a git source with the credentials of the container's environment.
+fn clone_git(spec: &git::GitSpec, dest: &Path) -> Result<String, Failure> {
+    let credentials =
+        git::Credentials::from_env().map_err(|e| Failure::source_unavailable(e.to_string()))?;
+    git::fetch(spec, dest, &credentials)
 }
 
 /// A minimal `Pulumi.yaml` (name and runtime, quoted as YAML needs).
