@@ -18,6 +18,17 @@ use std::time::Duration;
 /// The annotation listing the secret keys.
 pub const SECRETS_ANNOTATION: &str = "pulumi.com/secrets";
 
+/// Why the CLI's outputs could not be read. Never quotes the revealed document.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputsError {
+    #[error("cannot parse `stack output --json`: {0}")]
+    Masked(serde_json::Error),
+    #[error("cannot parse `stack output --json --show-secrets`")]
+    Revealed,
+    #[error("`stack output --show-secrets` names other outputs than the operation's event log")]
+    OtherOutputs,
+}
+
 /// Outputs read from `stack output --json [--show-secrets]`.
 #[derive(Clone, PartialEq, Default)]
 pub struct StackOutputs {
@@ -39,12 +50,12 @@ impl std::fmt::Debug for StackOutputs {
 impl StackOutputs {
     /// Parses the two JSON documents of `stack output --json` (masked) and
     /// `stack output --json --show-secrets` (revealed).
-    pub fn parse(masked: &[u8], revealed: &[u8]) -> Result<StackOutputs, String> {
-        let masked: BTreeMap<String, Value> = serde_json::from_slice(masked)
-            .map_err(|e| format!("cannot parse `stack output --json`: {e}"))?;
+    pub fn parse(masked: &[u8], revealed: &[u8]) -> Result<StackOutputs, OutputsError> {
+        let masked: BTreeMap<String, Value> =
+            serde_json::from_slice(masked).map_err(OutputsError::Masked)?;
         // Never quote the revealed document in an error.
-        let values: BTreeMap<String, Value> = serde_json::from_slice(revealed)
-            .map_err(|_| "cannot parse `stack output --json --show-secrets`".to_string())?;
+        let values: BTreeMap<String, Value> =
+            serde_json::from_slice(revealed).map_err(|_| OutputsError::Revealed)?;
         let secret = values
             .keys()
             .filter(|k| {
@@ -84,15 +95,12 @@ impl StackOutputs {
 
     /// Takes the secret outputs' values from `stack output --json --show-secrets`; the
     /// revealed document must name the same outputs.
-    pub fn reveal(&mut self, revealed: &[u8]) -> Result<(), String> {
+    pub fn reveal(&mut self, revealed: &[u8]) -> Result<(), OutputsError> {
         // Never quote the revealed document in an error.
-        let values: BTreeMap<String, Value> = serde_json::from_slice(revealed)
-            .map_err(|_| "cannot parse `stack output --json --show-secrets`".to_string())?;
+        let values: BTreeMap<String, Value> =
+            serde_json::from_slice(revealed).map_err(|_| OutputsError::Revealed)?;
         if !values.keys().eq(self.values.keys()) {
-            return Err(
-                "`stack output --show-secrets` names other outputs than the operation's event log"
-                    .to_string(),
-            );
+            return Err(OutputsError::OtherOutputs);
         }
         self.values = values;
         Ok(())
@@ -347,7 +355,7 @@ mod tests {
                 .collect()
         );
         assert!(o.reveal(br#"{"greeting":"hi"}"#).is_err(), "other outputs");
-        let err = o.reveal(b"s3cr3t not json").unwrap_err();
+        let err = o.reveal(b"s3cr3t not json").unwrap_err().to_string();
         assert!(!err.contains("s3cr3t"));
         o.reveal(
             br#"{"greeting":"hi","obj":{"a":1,"b":["x"]},"pw":"s3cr3t","nested":{"k":["n"]}}"#,
@@ -379,7 +387,9 @@ mod tests {
         );
         assert_eq!(o.values["pw"], Value::String("hunter2".into()));
         assert!(!format!("{o:?}").contains("hunter2"));
-        let e = StackOutputs::parse(b"{}", b"{\"pw\": hunter2").unwrap_err();
+        let e = StackOutputs::parse(b"{}", b"{\"pw\": hunter2")
+            .unwrap_err()
+            .to_string();
         assert!(!e.contains("hunter2"));
     }
 

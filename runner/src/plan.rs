@@ -5,6 +5,27 @@ use pulumi_operator_api::common::ProjectInfo;
 use pulumi_operator_api::plan::RunPlan;
 use std::path::{Path, PathBuf};
 
+/// Why a project file's text is not a usable project.
+#[derive(Debug, thiserror::Error)]
+pub enum ProjectError {
+    #[error("{0}")]
+    Syntax(serde_norway::Error),
+    #[error("project is missing a 'name' attribute")]
+    NoName,
+}
+
+/// Why the project file of a directory cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ProjectFileError {
+    #[error("cannot read {}: {source}", .file.display())]
+    Read {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", .file.display())]
+    Invalid { file: PathBuf, source: ProjectError },
+}
+
 /// The default share volume mount.
 pub const DEFAULT_SHARE: &str = "/share";
 
@@ -62,24 +83,27 @@ pub fn project_info(dir: &Path) -> Option<ProjectInfo> {
 
 /// Reads the project file of `dir`: `Ok(None)` when there is none, `Err` when it cannot be
 /// read or parsed (or has no `name`).
-pub fn read_project(dir: &Path) -> Result<Option<ProjectInfo>, String> {
+pub fn read_project(dir: &Path) -> Result<Option<ProjectInfo>, ProjectFileError> {
     let Some(file) = project_file(dir) else {
         return Ok(None);
     };
-    let text = std::fs::read_to_string(&file)
-        .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-    parse_project(&text)
-        .map(Some)
-        .map_err(|e| format!("{}: {e}", file.display()))
+    let text = match std::fs::read_to_string(&file) {
+        Ok(text) => text,
+        Err(source) => return Err(ProjectFileError::Read { file, source }),
+    };
+    match parse_project(&text) {
+        Ok(info) => Ok(Some(info)),
+        Err(source) => Err(ProjectFileError::Invalid { file, source }),
+    }
 }
 
 /// Parses `name` and `runtime` (a string or `{name, options}`) of a project file (YAML or JSON).
-pub fn parse_project(text: &str) -> Result<ProjectInfo, String> {
-    let doc: serde_norway::Value = serde_norway::from_str(text).map_err(|e| e.to_string())?;
+pub fn parse_project(text: &str) -> Result<ProjectInfo, ProjectError> {
+    let doc: serde_norway::Value = serde_norway::from_str(text).map_err(ProjectError::Syntax)?;
     let name = doc
         .get("name")
         .and_then(serde_norway::Value::as_str)
-        .ok_or("project is missing a 'name' attribute")?
+        .ok_or(ProjectError::NoName)?
         .to_string();
     let runtime = match doc.get("runtime") {
         Some(serde_norway::Value::String(s)) => s.clone(),
@@ -147,6 +171,7 @@ mod tests {
         assert_eq!((p.name.as_str(), p.runtime.as_str()), ("j", "go"));
         assert!(parse_project("runtime: yaml")
             .unwrap_err()
+            .to_string()
             .contains("missing a 'name'"));
         assert!(parse_project("a: [${x}]").is_err());
     }

@@ -99,100 +99,21 @@ pub async fn prepare(
     purpose: PrepareFor,
 ) -> Result<Prepared, Failure> {
     let workspace = layout.workspace_dir();
-    if !workspace.is_dir() {
-        return Err(Failure::source_unavailable(format!(
-            "no program at {}: the fetch step did not run or failed",
-            workspace.display()
-        )));
-    }
-    let project = match read_project(&workspace) {
-        Ok(Some(p)) => p,
-        Ok(None) => {
-            return Err(Failure::source_unavailable(format!(
-                "no Pulumi.yaml in {}",
-                workspace.display()
-            )))
-        }
-        Err(e) => {
-            return Err(Failure::new(
-                FailureReason::CompileError,
-                format!("invalid project file {e}"),
-            ))
-        }
-    };
+    let project = load_project(&workspace)?;
     let stack = plan.stack.name.as_str();
     if stack.is_empty() {
         return Err(Failure::config_invalid("the plan names no stack"));
     }
-    // Resolve config first: a missing variable or file fails before anything runs.
-    let resolved = config::resolve(&plan.stack.config, &project.name, &Process, redactor)?;
-    // From here on, everything emitted (the config commands' output included) masks them.
-    crate::redact::remember(redactor);
-    if redactor.too_short() > 0 {
-        log(format!(
-            "{} secret config values are shorter than {} characters and are not masked in the \
-             output",
-            redactor.too_short(),
-            crate::redact::MIN_SECRET_CHARS
-        ));
-    }
-    let mut config_steps = config::steps(&resolved);
-    let operation_config = match (purpose, config_steps.last()) {
-        (PrepareFor::Operation, Some(config::Step::Plaintext(_))) => match config_steps.pop() {
-            Some(config::Step::Plaintext(pairs)) => pairs,
-            _ => Vec::new(),
-        },
-        _ => Vec::new(),
-    };
-
-    let mut runner = Runner::new(&opts.pulumi, &workspace, signals);
-    let cache = plan
-        .dependency_cache
-        .as_deref()
-        .and_then(|dir| usable_cache(Path::new(dir)));
-    if let Some(cache) = &cache {
-        runner.env = crate::deps::download_env(cache);
-    }
+    let mut config_steps = resolve_config(plan, &project, redactor)?;
+    let operation_config = take_operation_config(purpose, &mut config_steps);
+    let (runner, cache) = workspace_runner(plan, opts, &workspace, signals);
     // Each CLI process is a Go start-up (and, with a passphrase, a key derivation), so
     // independent steps run side by side. `pulumi version` (logged for whoever reads the Job's
     // log) is waited for only when a step depends on the version.
-    let version_task = {
-        let runner = runner.clone();
-        tokio::spawn(async move {
-            let out = runner.run(&pulumi::version()).await.ok()?;
-            let v = out
-                .success()
-                .then(|| Version::parse(&String::from_utf8_lossy(&out.stdout)))
-                .flatten();
-            match v {
-                Some(v) => log(format!("pulumi CLI {v}")),
-                None => log("cannot tell the pulumi CLI version; assuming a recent one"),
-            }
-            v
-        })
-    };
-    // A destroy without the source has only the project's name and runtime (the program does
-    // not run): nothing to install.
-    let source_only_project = matches!(
-        plan.source,
-        Some(pulumi_operator_api::plan::Source::ProjectInfo { .. })
-    );
-    let install_step = async {
-        if !source_only_project && crate::plan::project_needs_install(&workspace) {
-            install_dependencies(&runner, &workspace, cache.as_deref()).await
-        } else {
-            Ok(None)
-        }
-    };
+    let version_task = spawn_version(&runner);
     let mut assumed = purpose == PrepareFor::Operation && plan.stack.exists;
-    let select_step = async {
-        if assumed {
-            Ok(())
-        } else {
-            select_stack(&runner, plan, opts).await
-        }
-    };
-    let (installed, selected) = tokio::join!(install_step, select_step);
+    let (installed, selected) =
+        install_and_select(&runner, plan, opts, &workspace, cache.as_deref(), assumed).await;
     let needs_version = !plan.stack.environment.is_empty()
         || config_steps
             .iter()
@@ -204,40 +125,12 @@ pub async fn prepare(
     };
     if let Some(install) = installed? {
         if !install.success() {
-            let mut f = failure(&install, "install");
-            if f.reason != FailureReason::Interrupted {
-                f.reason = FailureReason::InstallationFailed;
-                // The package manager's (or compiler's) own first lines say what is wrong;
-                // Pulumi's closing line only says that the install failed.
-                let cause = install.observed.tool_error_summary();
-                if !cause.is_empty() {
-                    f.message = format!("pulumi install failed:\n{cause}");
-                }
-            }
-            return Err(f);
+            return Err(install_failure(&install));
         }
     }
     selected?;
     let config_invocations = config::invocations(stack, &config_steps, version)?;
-    if !plan.stack.environment.is_empty() {
-        let listed = if version.is_none_or(|v| v >= Version::ENVIRONMENTS_LS) {
-            let ls = pulumi::config_env_ls(stack);
-            let out = on_stack(&mut assumed, &runner, plan, opts, || runner.run(&ls)).await?;
-            if out.success() {
-                serde_json::from_slice::<Vec<String>>(&out.stdout).unwrap_or_default()
-            } else {
-                Vec::new()
-            }
-        } else {
-            Vec::new()
-        };
-        let missing = missing_environments(&listed, &plan.stack.environment);
-        if !missing.is_empty() {
-            let add = pulumi::config_env_add(stack, &missing);
-            let out = on_stack(&mut assumed, &runner, plan, opts, || runner.run(&add)).await?;
-            check(&out, "config env add")?;
-        }
-    }
+    add_environments(&mut assumed, &runner, plan, opts, version).await?;
     for inv in &config_invocations {
         let out = on_stack(&mut assumed, &runner, plan, opts, || runner.run(inv)).await?;
         check(&out, &inv.name())?;
@@ -248,6 +141,179 @@ pub async fn prepare(
         operation_config,
         assumed,
     })
+}
+
+/// The project of the fetched program in `workspace`.
+fn load_project(workspace: &Path) -> Result<ProjectInfo, Failure> {
+    if !workspace.is_dir() {
+        return Err(Failure::source_unavailable(format!(
+            "no program at {}: the fetch step did not run or failed",
+            workspace.display()
+        )));
+    }
+    match read_project(workspace) {
+        Ok(Some(p)) => Ok(p),
+        Ok(None) => Err(Failure::source_unavailable(format!(
+            "no Pulumi.yaml in {}",
+            workspace.display()
+        ))),
+        Err(e) => Err(Failure::new(
+            FailureReason::CompileError,
+            format!("invalid project file {e}"),
+        )),
+    }
+}
+
+/// The plan's config resolved (first: a missing variable or file fails before anything
+/// runs) and grouped into CLI steps; its secret values are masked from here on.
+fn resolve_config(
+    plan: &RunPlan,
+    project: &ProjectInfo,
+    redactor: &mut Redactor,
+) -> Result<Vec<config::Step>, Failure> {
+    let resolved = config::resolve(&plan.stack.config, &project.name, &Process, redactor)?;
+    // From here on, everything emitted (the config commands' output included) masks them.
+    crate::redact::remember(redactor);
+    if redactor.too_short() > 0 {
+        log(format!(
+            "{} secret config values are shorter than {} characters and are not masked in the \
+             output",
+            redactor.too_short(),
+            crate::redact::MIN_SECRET_CHARS
+        ));
+    }
+    Ok(config::steps(&resolved))
+}
+
+/// For an operation, the trailing run of plaintext values, taken out of `steps` (see
+/// [`PrepareFor::Operation`]).
+fn take_operation_config(
+    purpose: PrepareFor,
+    steps: &mut Vec<config::Step>,
+) -> Vec<(String, String)> {
+    match (purpose, steps.last()) {
+        (PrepareFor::Operation, Some(config::Step::Plaintext(_))) => match steps.pop() {
+            Some(config::Step::Plaintext(pairs)) => pairs,
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
+}
+
+/// A runner in the workspace, downloading through the plan's dependency cache when it is
+/// usable (returned too).
+fn workspace_runner(
+    plan: &RunPlan,
+    opts: &RunOptions,
+    workspace: &Path,
+    signals: Signals,
+) -> (Runner, Option<PathBuf>) {
+    let mut runner = Runner::new(&opts.pulumi, workspace, signals);
+    let cache = plan
+        .dependency_cache
+        .as_deref()
+        .and_then(|dir| usable_cache(Path::new(dir)));
+    if let Some(cache) = &cache {
+        runner.env = crate::deps::download_env(cache);
+    }
+    (runner, cache)
+}
+
+/// `pulumi version` in the background, logged; the version when it could be read.
+fn spawn_version(runner: &Runner) -> tokio::task::JoinHandle<Option<Version>> {
+    let runner = runner.clone();
+    tokio::spawn(async move {
+        let out = runner.run(&pulumi::version()).await.ok()?;
+        let v = out
+            .success()
+            .then(|| Version::parse(&String::from_utf8_lossy(&out.stdout)))
+            .flatten();
+        match v {
+            Some(v) => log(format!("pulumi CLI {v}")),
+            None => log("cannot tell the pulumi CLI version; assuming a recent one"),
+        }
+        v
+    })
+}
+
+/// Installs the dependencies (unless there is nothing to install) while the stack is
+/// selected (unless `assumed`).
+async fn install_and_select(
+    runner: &Runner,
+    plan: &RunPlan,
+    opts: &RunOptions,
+    workspace: &Path,
+    cache: Option<&Path>,
+    assumed: bool,
+) -> (Result<Option<Outcome>, Failure>, Result<(), Failure>) {
+    // A destroy without the source has only the project's name and runtime (the program does
+    // not run): nothing to install.
+    let source_only_project = matches!(
+        plan.source,
+        Some(pulumi_operator_api::plan::Source::ProjectInfo { .. })
+    );
+    let install_step = async {
+        if !source_only_project && crate::plan::project_needs_install(workspace) {
+            install_dependencies(runner, workspace, cache).await
+        } else {
+            Ok(None)
+        }
+    };
+    let select_step = async {
+        if assumed {
+            Ok(())
+        } else {
+            select_stack(runner, plan, opts).await
+        }
+    };
+    tokio::join!(install_step, select_step)
+}
+
+/// The failure of `pulumi install`.
+fn install_failure(install: &Outcome) -> Failure {
+    let mut f = failure(install, "install");
+    if f.reason != FailureReason::Interrupted {
+        f.reason = FailureReason::InstallationFailed;
+        // The package manager's (or compiler's) own first lines say what is wrong;
+        // Pulumi's closing line only says that the install failed.
+        let cause = install.observed.tool_error_summary();
+        if !cause.is_empty() {
+            f.message = format!("pulumi install failed:\n{cause}");
+        }
+    }
+    f
+}
+
+/// Imports the plan's ESC environments that the stack does not have yet.
+async fn add_environments(
+    assumed: &mut bool,
+    runner: &Runner,
+    plan: &RunPlan,
+    opts: &RunOptions,
+    version: Option<Version>,
+) -> Result<(), Failure> {
+    if plan.stack.environment.is_empty() {
+        return Ok(());
+    }
+    let stack = plan.stack.name.as_str();
+    let listed = if version.is_none_or(|v| v >= Version::ENVIRONMENTS_LS) {
+        let ls = pulumi::config_env_ls(stack);
+        let out = on_stack(assumed, runner, plan, opts, || runner.run(&ls)).await?;
+        if out.success() {
+            serde_json::from_slice::<Vec<String>>(&out.stdout).unwrap_or_default()
+        } else {
+            Vec::new()
+        }
+    } else {
+        Vec::new()
+    };
+    let missing = missing_environments(&listed, &plan.stack.environment);
+    if !missing.is_empty() {
+        let add = pulumi::config_env_add(stack, &missing);
+        let out = on_stack(assumed, runner, plan, opts, || runner.run(&add)).await?;
+        check(&out, "config env add")?;
+    }
+    Ok(())
 }
 
 /// The dependency cache directory, created if needed; `None` (logged) when it cannot be
@@ -392,14 +458,7 @@ async fn run_inner(
         })
         .await?;
         if !out.success() {
-            let mut f = failure(&out, "refresh");
-            if f.reason == FailureReason::ExpectedNoChanges {
-                f.message = format!(
-                    "the refresh before the update found changes (expectNoRefreshChanges): {}",
-                    f.message
-                );
-            }
-            return Err(f);
+            return Err(refresh_failure(&out));
         }
         options.refresh = false;
     }
@@ -414,25 +473,7 @@ async fn run_inner(
 
     let mut result = succeeded(format!("{} succeeded", op.as_str()));
     result.permalink = out.observed.permalink.clone();
-    // The event log's summary is what `stack history` would record; the history is read
-    // only when the log has none (a CLI that wrote no summary event).
-    result.summary = match summary_from_event_log(&event_log) {
-        Some(summary) => Some(summary),
-        None if op != Operation::Preview => history_summary(&runner, stack).await,
-        None => None,
-    };
-    if op == Operation::Preview {
-        // What an `up` would change: a drift check's finding (src/stack/drift.rs).
-        if let Ok(text) = std::fs::read_to_string(&event_log) {
-            let changes = planned_changes(&text);
-            log(format!("{} resource(s) would change", changes.len()));
-            result.changed = Some(changes.len() as i64);
-            result.changes = changes
-                .into_iter()
-                .take(pulumi_operator_api::plan::MAX_REPORTED_CHANGES)
-                .collect();
-        }
-    }
+    summarize(&runner, plan, &event_log, &mut result).await;
     if let (Operation::Preview, Some(file)) = (op, plan_file.as_ref()) {
         hand_over_saved_plan(plan, file, &mut result)?;
     }
@@ -445,54 +486,103 @@ async fn run_inner(
             .flatten()
             .and_then(|text| StackOutputs::from_event_log(&text));
         let outputs = read_outputs(&runner, stack, logged, redactor).await?;
-        if outputs.is_empty() {
-            log("the stack has no outputs");
-        } else if let Some(key) = plan.outputs_key.as_deref() {
-            // Sealed in the log for the operator, which writes the outputs Secret: this pod
-            // needs no rights on Secrets.
-            let sealed = pulumi_operator_api::sealed::seal(key, &outputs::payload(&outputs))
-                .map_err(|e| {
-                    Failure::new(
-                        FailureReason::UpdateFailed,
-                        format!("the operation succeeded, but its outputs cannot be sealed: {e}"),
-                    )
-                })?;
-            log(format!(
-                "{} outputs, handed to the operator sealed",
-                outputs.values.len()
-            ));
-            // Straight to the container's log, past the redactor: the line is ciphertext.
-            eprintln!(
-                "{}{sealed}",
-                pulumi_operator_api::sealed::OUTPUTS_LINE_PREFIX
-            );
-            result.outputs = Some(plan.outputs_secret.clone());
-            result.outputs_digest = Some(pulumi_operator_api::sealed::digest(&sealed));
-        } else if plan.outputs_secret.is_empty() {
-            log(format!(
-                "{} outputs; the plan names no outputs Secret to write them to",
-                outputs.values.len()
-            ));
-        } else {
-            let client = kube::Client::try_default().await.map_err(|e| {
-                Failure::new(
-                    FailureReason::UpdateFailed,
-                    format!("the operation succeeded, but no Kubernetes client for the outputs Secret: {e}"),
-                )
-            })?;
-            outputs::write_secret(client, plan, &outputs).await?;
-            log(format!(
-                "wrote {} outputs to the Secret {}",
-                outputs.values.len(),
-                plan.outputs_secret
-            ));
-            result.outputs = Some(plan.outputs_secret.clone());
-        }
+        deliver_outputs(plan, &outputs, &mut result).await?;
     }
     if remove {
         check(&runner.run(&pulumi::stack_rm(stack)).await?, "stack rm")?;
     }
     Ok(result)
+}
+
+/// The failure of the refresh before an update (`expectNoRefreshChanges`).
+fn refresh_failure(out: &Outcome) -> Failure {
+    let mut f = failure(out, "refresh");
+    if f.reason == FailureReason::ExpectedNoChanges {
+        f.message = format!(
+            "the refresh before the update found changes (expectNoRefreshChanges): {}",
+            f.message
+        );
+    }
+    f
+}
+
+/// The operation's summary and, for a preview, the changes an `up` would make.
+async fn summarize(runner: &Runner, plan: &RunPlan, event_log: &Path, result: &mut RunResult) {
+    let op = plan.operation;
+    // The event log's summary is what `stack history` would record; the history is read
+    // only when the log has none (a CLI that wrote no summary event).
+    result.summary = match summary_from_event_log(event_log) {
+        Some(summary) => Some(summary),
+        None if op != Operation::Preview => history_summary(runner, plan.stack.name.as_str()).await,
+        None => None,
+    };
+    if op == Operation::Preview {
+        // What an `up` would change: a drift check's finding (src/stack/drift.rs).
+        if let Ok(text) = std::fs::read_to_string(event_log) {
+            let changes = planned_changes(&text);
+            log(format!("{} resource(s) would change", changes.len()));
+            result.changed = Some(changes.len() as i64);
+            result.changes = changes
+                .into_iter()
+                .take(pulumi_operator_api::plan::MAX_REPORTED_CHANGES)
+                .collect();
+        }
+    }
+}
+
+/// Hands the outputs to the operator: sealed in the log when the plan has a key, otherwise
+/// written to the outputs Secret the plan names (if any).
+async fn deliver_outputs(
+    plan: &RunPlan,
+    outputs: &StackOutputs,
+    result: &mut RunResult,
+) -> Result<(), Failure> {
+    if outputs.is_empty() {
+        log("the stack has no outputs");
+    } else if let Some(key) = plan.outputs_key.as_deref() {
+        // Sealed in the log for the operator, which writes the outputs Secret: this pod
+        // needs no rights on Secrets.
+        let sealed =
+            pulumi_operator_api::sealed::seal(key, &outputs::payload(outputs)).map_err(|e| {
+                Failure::new(
+                    FailureReason::UpdateFailed,
+                    format!("the operation succeeded, but its outputs cannot be sealed: {e}"),
+                )
+            })?;
+        log(format!(
+            "{} outputs, handed to the operator sealed",
+            outputs.values.len()
+        ));
+        // Straight to the container's log, past the redactor: the line is ciphertext.
+        eprintln!(
+            "{}{sealed}",
+            pulumi_operator_api::sealed::OUTPUTS_LINE_PREFIX
+        );
+        result.outputs = Some(plan.outputs_secret.clone());
+        result.outputs_digest = Some(pulumi_operator_api::sealed::digest(&sealed));
+    } else if plan.outputs_secret.is_empty() {
+        log(format!(
+            "{} outputs; the plan names no outputs Secret to write them to",
+            outputs.values.len()
+        ));
+    } else {
+        let client = kube::Client::try_default().await.map_err(|e| {
+            Failure::new(
+                FailureReason::UpdateFailed,
+                format!(
+                    "the operation succeeded, but no Kubernetes client for the outputs Secret: {e}"
+                ),
+            )
+        })?;
+        outputs::write_secret(client, plan, outputs).await?;
+        log(format!(
+            "wrote {} outputs to the Secret {}",
+            outputs.values.len(),
+            plan.outputs_secret
+        ));
+        result.outputs = Some(plan.outputs_secret.clone());
+    }
+    Ok(())
 }
 
 /// The file a preview saves its plan to, or the approved plan an up keeps to (written from
@@ -752,7 +842,7 @@ async fn read_outputs(
     logged: Option<StackOutputs>,
     redactor: &mut Redactor,
 ) -> Result<StackOutputs, Failure> {
-    let in_failure = |e: String| {
+    let in_failure = |e: outputs::OutputsError| {
         Failure::new(
             FailureReason::UpdateFailed,
             format!("the operation succeeded, but {e}"),
