@@ -103,87 +103,101 @@ struct OpenError {
 const MAX_CONTINUATION_LINES: usize = 8;
 const MAX_ENTRY: usize = 2000;
 
+/// The patterns of the contract in one line (trimmed, without ANSI codes), in a fixed order.
+fn patterns_in(stream: Stream, text: &str) -> Vec<Pattern> {
+    let mut found = Vec::new();
+    let mut see = |p: Pattern| found.push(p);
+    if text.contains("Conflict: Another update is currently in progress")
+        || text.contains("the stack is currently locked by")
+    {
+        see(Pattern::Conflict);
+    }
+    if let Some(i) = text.find("no stack named") {
+        if text[i..].contains("found") {
+            see(Pattern::StackNotFound);
+        }
+    }
+    if let Some(i) = text.find("no changes were expected for") {
+        if text[i..].contains("but changes were proposed") {
+            see(Pattern::ExpectedNoChanges);
+        }
+    }
+    if text.contains("invalid access token")
+        || text.contains("this command requires logging in")
+        || text.contains(
+            "PULUMI_ACCESS_TOKEN must be set for login during non-interactive CLI sessions",
+        )
+    {
+        see(Pattern::AccessToken);
+    }
+    if text.contains("update canceled")
+        || text.contains("preview canceled")
+        || text.contains("refresh canceled")
+        || text.contains("destroy canceled")
+        || text.contains("update cancelled")
+        || text.contains("received; cancelling")
+        || text.contains("received; terminating")
+    {
+        see(Pattern::Cancelled);
+    }
+    if text.contains("error:") && text.contains("with pending operations") {
+        see(Pattern::PendingOperations);
+    }
+    if stream == Stream::Stdout
+        && (text.contains("Build FAILED.")
+            || text.contains(": syntax error:")
+            || text.contains(": undefined:")
+            || text.contains("Unable to compile TypeScript")
+            || text.contains("failed with an unhandled exception:")
+            || text.contains("panic: runtime error:")
+            || text.contains("an unhandled error occurred:"))
+    {
+        see(Pattern::ProgramError);
+    }
+    // A project file the CLI cannot read (the real CLI says so on stderr, exit 1).
+    if text.contains("error: could not unmarshal '") && text.contains("invalid YAML file") {
+        see(Pattern::ProgramError);
+    }
+    if text.contains("passphrase must be set with PULUMI_CONFIG_PASSPHRASE")
+        || text.contains("incorrect passphrase")
+    {
+        see(Pattern::Passphrase);
+    }
+    // Pulumi YAML reports a program that does not evaluate as `Error: …` (stderr).
+    if text.starts_with("Error: ") {
+        see(Pattern::ProgramError);
+    }
+    found
+}
+
+/// The permalink a stdout line announces, if any.
+fn permalink_in(line: &str) -> Option<String> {
+    for prefix in [
+        "View Live: ",
+        "View in Browser (Ctrl+O): ",
+        "View in Browser: ",
+        "Permalink: ",
+    ] {
+        if let Some(i) = line.find(prefix) {
+            let url = line[i + prefix.len()..].trim();
+            return (!url.is_empty()).then(|| url.to_string());
+        }
+    }
+    None
+}
+
 impl Observed {
     /// Observes one line (without its newline).
     pub fn line(&mut self, stream: Stream, raw: &str) {
         let line = strip_ansi(raw);
         let text = line.trim();
-        let mut see = |p: Pattern| {
+        for p in patterns_in(stream, text) {
             if !self.patterns.contains(&p) {
                 self.patterns.push(p);
             }
-        };
-        if text.contains("Conflict: Another update is currently in progress")
-            || text.contains("the stack is currently locked by")
-        {
-            see(Pattern::Conflict);
-        }
-        if let Some(i) = text.find("no stack named") {
-            if text[i..].contains("found") {
-                see(Pattern::StackNotFound);
-            }
-        }
-        if let Some(i) = text.find("no changes were expected for") {
-            if text[i..].contains("but changes were proposed") {
-                see(Pattern::ExpectedNoChanges);
-            }
-        }
-        if text.contains("invalid access token")
-            || text.contains("this command requires logging in")
-            || text.contains(
-                "PULUMI_ACCESS_TOKEN must be set for login during non-interactive CLI sessions",
-            )
-        {
-            see(Pattern::AccessToken);
-        }
-        if text.contains("update canceled")
-            || text.contains("preview canceled")
-            || text.contains("refresh canceled")
-            || text.contains("destroy canceled")
-            || text.contains("update cancelled")
-            || text.contains("received; cancelling")
-            || text.contains("received; terminating")
-        {
-            see(Pattern::Cancelled);
-        }
-        if text.contains("error:") && text.contains("with pending operations") {
-            see(Pattern::PendingOperations);
-        }
-        if stream == Stream::Stdout
-            && (text.contains("Build FAILED.")
-                || text.contains(": syntax error:")
-                || text.contains(": undefined:")
-                || text.contains("Unable to compile TypeScript")
-                || text.contains("failed with an unhandled exception:")
-                || text.contains("panic: runtime error:")
-                || text.contains("an unhandled error occurred:"))
-        {
-            see(Pattern::ProgramError);
-        }
-        // A project file the CLI cannot read (the real CLI says so on stderr, exit 1).
-        if text.contains("error: could not unmarshal '") && text.contains("invalid YAML file") {
-            see(Pattern::ProgramError);
-        }
-        if text.contains("passphrase must be set with PULUMI_CONFIG_PASSPHRASE")
-            || text.contains("incorrect passphrase")
-        {
-            see(Pattern::Passphrase);
         }
         if stream == Stream::Stdout && self.permalink.is_none() {
-            for prefix in [
-                "View Live: ",
-                "View in Browser (Ctrl+O): ",
-                "View in Browser: ",
-                "Permalink: ",
-            ] {
-                if let Some(i) = line.find(prefix) {
-                    let url = line[i + prefix.len()..].trim();
-                    if !url.is_empty() {
-                        self.permalink = Some(url.to_string());
-                    }
-                    break;
-                }
-            }
+            self.permalink = permalink_in(&line);
         }
         if self.tool_errors.len() < TOOL_ERROR_LINES && is_tool_error(text) {
             let kept = truncated(text, MAX_TOOL_LINE);
@@ -192,27 +206,34 @@ impl Observed {
             }
         }
         let indent = line.len() - line.trim_start().len();
-        // Pulumi YAML reports a program that does not evaluate as `Error: …` (stderr).
+        // The YAML host's `Error: …` opens an entry too (see `patterns_in`).
         let yaml_error = text.starts_with("Error: ");
-        if yaml_error {
-            see(Pattern::ProgramError);
-        }
         if text.starts_with("error:") || yaml_error {
-            let msg = truncated(text, MAX_LINE);
-            self.open = None;
-            if !self.errors.contains(&msg) {
-                if self.errors.len() == ERROR_LINES {
-                    self.errors.pop_front();
-                }
-                self.errors.push_back(msg);
-                self.open = Some(OpenError {
-                    indent,
-                    over_blank_lines: yaml_error,
-                    lines: 0,
-                });
-            }
-            return;
+            self.open_error(text, indent, yaml_error);
+        } else {
+            self.continue_error(text, indent);
         }
+    }
+
+    /// An `error:` line (or the YAML host's `Error:`): a new entry, unless already seen.
+    fn open_error(&mut self, text: &str, indent: usize, yaml_error: bool) {
+        let msg = truncated(text, MAX_LINE);
+        self.open = None;
+        if !self.errors.contains(&msg) {
+            if self.errors.len() == ERROR_LINES {
+                self.errors.pop_front();
+            }
+            self.errors.push_back(msg);
+            self.open = Some(OpenError {
+                indent,
+                over_blank_lines: yaml_error,
+                lines: 0,
+            });
+        }
+    }
+
+    /// Another line: part of the open error entry when indented more than its first line.
+    fn continue_error(&mut self, text: &str, indent: usize) {
         let Some(open) = self.open.as_mut() else {
             return;
         };

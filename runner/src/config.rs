@@ -15,7 +15,7 @@
 use crate::error::Failure;
 use crate::pulumi::{self, Invocation, Version};
 use crate::redact::Redactor;
-use pulumi_operator_api::workspace::ConfigItem;
+use pulumi_operator_api::workspace::{ConfigItem, ConfigValueFrom};
 use serde_json::{json, Map, Value};
 use std::path::Path;
 
@@ -150,85 +150,99 @@ pub fn resolve(
     sources: &dyn Sources,
     redactor: &mut Redactor,
 ) -> Result<Vec<Resolved>, Failure> {
-    let mut out = Vec::with_capacity(items.len());
-    for item in items {
-        let key = item.key.trim();
-        if key.is_empty() {
-            return Err(Failure::config_invalid("a config item has an empty key"));
-        }
-        let secret = item.secret.unwrap_or(false);
-        let path = item.path.unwrap_or(false);
-        let value = match (&item.value, &item.value_from) {
-            (Some(v), None) => v.clone(),
-            (None, Some(from)) => {
-                let (text, origin) = match (&from.env, &from.path) {
-                    (Some(name), None) => (
-                        sources.env(name).ok_or_else(|| {
-                            Failure::config_invalid(format!(
-                                "config key {key}: the environment variable {name} is not set"
-                            ))
-                        })?,
-                        format!("the environment variable {name}"),
-                    ),
-                    (None, Some(file)) => (
-                        sources.file(Path::new(file)).map_err(|e| {
-                            Failure::config_invalid(format!(
-                                "config key {key}: cannot read {file}: {e}"
-                            ))
-                        })?,
-                        format!("the file {file}"),
-                    ),
-                    _ => {
-                        return Err(Failure::config_invalid(format!(
-                            "config key {key}: valueFrom needs exactly one of env and path"
-                        )))
-                    }
-                };
-                if from.json.unwrap_or(false) {
-                    if secret {
-                        redactor.add(&text);
-                    }
-                    serde_json::from_str(&text).map_err(|e| {
-                        Failure::config_invalid(format!(
-                            "config key {key}: {origin} is not valid JSON: {e}"
-                        ))
-                    })?
-                } else {
-                    Value::String(text)
-                }
-            }
-            (Some(_), Some(_)) => {
-                return Err(Failure::config_invalid(format!(
-                    "config key {key}: both value and valueFrom are set"
-                )))
-            }
-            (None, None) => {
-                return Err(Failure::config_invalid(format!(
-                    "config key {key}: neither value nor valueFrom is set"
-                )))
-            }
-        };
-        if value.is_null() {
-            return Err(Failure::config_invalid(format!(
-                "config key {key}: the value is null"
-            )));
-        }
-        if path && !value.is_string() {
-            return Err(Failure::config_invalid(format!(
-                "config key {key}: path: true cannot be combined with a structured value"
-            )));
-        }
-        if secret {
-            remember_secret_value(redactor, &value);
-        }
-        out.push(Resolved {
-            key: namespaced(key, project),
-            path,
-            value,
-            secret,
-        });
+    items
+        .iter()
+        .map(|item| resolve_item(item, project, sources, redactor))
+        .collect()
+}
+
+/// One item: its value (literal or read), checked, and remembered when secret.
+fn resolve_item(
+    item: &ConfigItem,
+    project: &str,
+    sources: &dyn Sources,
+    redactor: &mut Redactor,
+) -> Result<Resolved, Failure> {
+    let key = item.key.trim();
+    if key.is_empty() {
+        return Err(Failure::config_invalid("a config item has an empty key"));
     }
-    Ok(out)
+    let secret = item.secret.unwrap_or(false);
+    let path = item.path.unwrap_or(false);
+    let value = match (&item.value, &item.value_from) {
+        (Some(v), None) => v.clone(),
+        (None, Some(from)) => read_value_from(key, from, secret, sources, redactor)?,
+        (Some(_), Some(_)) => {
+            return Err(Failure::config_invalid(format!(
+                "config key {key}: both value and valueFrom are set"
+            )))
+        }
+        (None, None) => {
+            return Err(Failure::config_invalid(format!(
+                "config key {key}: neither value nor valueFrom is set"
+            )))
+        }
+    };
+    if value.is_null() {
+        return Err(Failure::config_invalid(format!(
+            "config key {key}: the value is null"
+        )));
+    }
+    if path && !value.is_string() {
+        return Err(Failure::config_invalid(format!(
+            "config key {key}: path: true cannot be combined with a structured value"
+        )));
+    }
+    if secret {
+        remember_secret_value(redactor, &value);
+    }
+    Ok(Resolved {
+        key: namespaced(key, project),
+        path,
+        value,
+        secret,
+    })
+}
+
+/// The value `valueFrom` names: an environment variable or a file, as text or JSON (a secret
+/// text is remembered before it is parsed, so that a parse error cannot show it).
+fn read_value_from(
+    key: &str,
+    from: &ConfigValueFrom,
+    secret: bool,
+    sources: &dyn Sources,
+    redactor: &mut Redactor,
+) -> Result<Value, Failure> {
+    let (text, origin) = match (&from.env, &from.path) {
+        (Some(name), None) => (
+            sources.env(name).ok_or_else(|| {
+                Failure::config_invalid(format!(
+                    "config key {key}: the environment variable {name} is not set"
+                ))
+            })?,
+            format!("the environment variable {name}"),
+        ),
+        (None, Some(file)) => (
+            sources.file(Path::new(file)).map_err(|e| {
+                Failure::config_invalid(format!("config key {key}: cannot read {file}: {e}"))
+            })?,
+            format!("the file {file}"),
+        ),
+        _ => {
+            return Err(Failure::config_invalid(format!(
+                "config key {key}: valueFrom needs exactly one of env and path"
+            )))
+        }
+    };
+    if !from.json.unwrap_or(false) {
+        return Ok(Value::String(text));
+    }
+    if secret {
+        redactor.add(&text);
+    }
+    serde_json::from_str(&text).map_err(|e| {
+        Failure::config_invalid(format!("config key {key}: {origin} is not valid JSON: {e}"))
+    })
 }
 
 /// Groups resolved items into CLI steps that keep their order.

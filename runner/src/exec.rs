@@ -71,6 +71,35 @@ impl Runner {
             ));
         }
         log(format!("running {}", inv.display()));
+        let mut child = self.command(inv).spawn().map_err(|e| {
+            Failure::new(
+                FailureReason::UpdateFailed,
+                format!("cannot run {}: {e}", self.pulumi.display()),
+            )
+        })?;
+        let pid = child.id().unwrap_or(0);
+        if let (Some(mut stdin), Some(text)) = (child.stdin.take(), inv.stdin.clone()) {
+            tokio::spawn(async move {
+                let _ = stdin.write_all(text.as_bytes()).await;
+                let _ = stdin.shutdown().await;
+            });
+        }
+        let pumps = start_pumps(&mut child, inv);
+        let (code, forwarded) = self.wait_forwarding_signals(&mut child, pid).await;
+        let (observed, stdout) = finish_pumps(pumps).await;
+        signals::reap_orphans();
+        Ok(Outcome {
+            code,
+            observed,
+            stdout,
+            interrupted: forwarded > 0,
+        })
+    }
+
+    /// The command for `inv`: in the runner's directory, its own process group, piped
+    /// output, and the environment in layers ([`BASE_ENV`], the runner's, `$PULUMI_ENV`, the
+    /// invocation's).
+    fn command(&self, inv: &Invocation) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new(&self.pulumi);
         cmd.args(&inv.args)
             .current_dir(&self.cwd)
@@ -98,40 +127,16 @@ impl Runner {
         for (k, v) in &inv.env {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().map_err(|e| {
-            Failure::new(
-                FailureReason::UpdateFailed,
-                format!("cannot run {}: {e}", self.pulumi.display()),
-            )
-        })?;
-        let pid = child.id().unwrap_or(0);
-        if let (Some(mut stdin), Some(text)) = (child.stdin.take(), inv.stdin.clone()) {
-            tokio::spawn(async move {
-                let _ = stdin.write_all(text.as_bytes()).await;
-                let _ = stdin.shutdown().await;
-            });
-        }
-        let redactor = crate::redact::current();
-        let out = child.stdout.take().map(|r| {
-            let sink = (!inv.capture_stdout).then(tokio::io::stdout);
-            tokio::spawn(pump(
-                r,
-                Stream::Stdout,
-                sink,
-                inv.capture_stdout,
-                Arc::clone(&redactor),
-            ))
-        });
-        let err = child.stderr.take().map(|r| {
-            tokio::spawn(pump(
-                r,
-                Stream::Stderr,
-                Some(tokio::io::stderr()),
-                false,
-                Arc::clone(&redactor),
-            ))
-        });
+        cmd
+    }
 
+    /// Waits for Pulumi to exit, forwarding each signal the runner gets as SIGINT; returns
+    /// its exit code and how many signals were forwarded.
+    async fn wait_forwarding_signals(
+        &self,
+        child: &mut tokio::process::Child,
+        pid: u32,
+    ) -> (Option<i32>, usize) {
         let mut forwarded = 0usize;
         let status = loop {
             tokio::select! {
@@ -152,30 +157,56 @@ impl Runner {
                 None
             }
         };
-        // Plugins that inherited the pipes may outlive Pulumi: do not wait for them forever.
-        let mut observed = Observed::default();
-        let mut stdout = Vec::new();
-        for (i, task) in [out, err].into_iter().enumerate() {
-            let Some(task) = task else { continue };
-            let abort = task.abort_handle();
-            match tokio::time::timeout(Duration::from_secs(10), task).await {
-                Ok(Ok((seen, captured))) => {
-                    observed.merge(seen);
-                    if i == 0 {
-                        stdout = captured;
-                    }
-                }
-                _ => abort.abort(),
-            }
-        }
-        signals::reap_orphans();
-        Ok(Outcome {
-            code,
-            observed,
-            stdout,
-            interrupted: forwarded > 0,
-        })
+        (code, forwarded)
     }
+}
+
+type Pump = tokio::task::JoinHandle<(Observed, Vec<u8>)>;
+
+/// Starts the tasks that pass Pulumi's stdout and stderr through the current redactor.
+fn start_pumps(child: &mut tokio::process::Child, inv: &Invocation) -> [Option<Pump>; 2] {
+    let redactor = crate::redact::current();
+    let out = child.stdout.take().map(|r| {
+        let sink = (!inv.capture_stdout).then(tokio::io::stdout);
+        tokio::spawn(pump(
+            r,
+            Stream::Stdout,
+            sink,
+            inv.capture_stdout,
+            Arc::clone(&redactor),
+        ))
+    });
+    let err = child.stderr.take().map(|r| {
+        tokio::spawn(pump(
+            r,
+            Stream::Stderr,
+            Some(tokio::io::stderr()),
+            false,
+            Arc::clone(&redactor),
+        ))
+    });
+    [out, err]
+}
+
+/// What the pumps observed, and the captured stdout. Plugins that inherited the pipes may
+/// outlive Pulumi: a pump is not waited for more than 10 seconds.
+async fn finish_pumps(pumps: [Option<Pump>; 2]) -> (Observed, Vec<u8>) {
+    let mut observed = Observed::default();
+    let mut stdout = Vec::new();
+    for (i, task) in pumps.into_iter().enumerate() {
+        let Some(task) = task else { continue };
+        let abort = task.abort_handle();
+        match tokio::time::timeout(Duration::from_secs(10), task).await {
+            Ok(Ok((seen, captured))) => {
+                observed.merge(seen);
+                if i == 0 {
+                    stdout = captured;
+                }
+            }
+            _ => abort.abort(),
+        }
+    }
+    (observed, stdout)
 }
 
 /// Copies `src` to `sink` line by line, masked with `redactor` (flushing after each read),

@@ -223,109 +223,139 @@ fn push_all(inv: &mut Invocation, args: impl IntoIterator<Item = String>) {
     inv.args.extend(args);
 }
 
-/// The operation, with flags in the order PKO's agent produces them (contract §2.5), but
-/// without `--suppress-progress` on `up` (see below).
-pub fn operation(op: Operation, stack: &str, o: &OperationOptions, ctx: &OpContext) -> Invocation {
-    let message = o
-        .message
-        .as_deref()
-        .filter(|m| !m.is_empty())
-        .map(|m| format!("--message={m}"));
-    let parallel = o
-        .parallel
-        .filter(|n| *n > 0)
-        .map(|n| format!("--parallel={n}"));
-    let targets = o.target.iter().map(|t| format!("--target={t}"));
-    let replaces = o.replace.iter().map(|t| format!("--replace={t}"));
-    let run_program = o.run_program.map(|b| format!("--run-program={b}"));
-    let agent = format!("--exec-agent={}", ctx.exec_agent);
-    let event_log = ["--event-log".to_string(), ctx.event_log.clone()];
-    let exec_kind = "--exec-kind=auto.local".to_string();
-    let flag = |on: bool, f: &str| on.then(|| f.to_string());
-    let mut inv = Invocation::new(&[op.as_str()]);
-    match op {
-        Operation::Preview => {
-            push_all(&mut inv, [exec_kind]);
-            push_all(&mut inv, debug_args(ctx));
-            push_all(&mut inv, message);
-            push_all(&mut inv, flag(o.expect_no_changes, "--expect-no-changes"));
-            push_all(&mut inv, ["--diff".to_string()]);
-            push_all(&mut inv, replaces);
-            push_all(&mut inv, targets);
-            push_all(&mut inv, flag(o.target_dependents, "--target-dependents"));
-            push_all(&mut inv, parallel);
-            push_all(&mut inv, [agent]);
-            push_all(&mut inv, flag(o.refresh, "--refresh"));
-            push_all(&mut inv, run_program);
-            push_all(&mut inv, event_log);
-            push_all(
-                &mut inv,
-                ctx.plan_file.as_ref().map(|f| format!("--save-plan={f}")),
-            );
-        }
-        Operation::Up => {
-            push_all(
-                &mut inv,
-                ["--yes".to_string(), "--skip-preview".to_string()],
-            );
-            push_all(&mut inv, debug_args(ctx));
-            push_all(&mut inv, [exec_kind]);
-            push_all(&mut inv, event_log);
-            push_all(&mut inv, message);
-            push_all(&mut inv, flag(o.expect_no_changes, "--expect-no-changes"));
-            push_all(&mut inv, ["--diff".to_string()]);
-            push_all(&mut inv, replaces);
-            push_all(&mut inv, targets);
-            push_all(&mut inv, flag(o.target_dependents, "--target-dependents"));
-            push_all(&mut inv, parallel);
-            push_all(&mut inv, [agent]);
-            push_all(&mut inv, flag(o.refresh, "--refresh"));
-            // PKO adds --suppress-progress here; it is left out on purpose: the real CLI's
-            // non-interactive display has no progress ticker anyway, and without the flag
-            // every resource step line reaches `kubectl logs` (the test stand-in drops them
-            // with it).
-            push_all(&mut inv, flag(o.continue_on_error, "--continue-on-error"));
-            push_all(&mut inv, run_program);
-            push_all(
-                &mut inv,
-                ctx.plan_file.as_ref().map(|f| format!("--plan={f}")),
-            );
-        }
-        Operation::Refresh => {
-            push_all(&mut inv, debug_args(ctx));
-            push_all(
-                &mut inv,
-                ["--yes".to_string(), "--skip-preview".to_string()],
-            );
-            push_all(&mut inv, message);
-            push_all(&mut inv, flag(o.expect_no_changes, "--expect-no-changes"));
-            push_all(&mut inv, targets);
-            push_all(&mut inv, flag(o.target_dependents, "--target-dependents"));
-            push_all(&mut inv, parallel);
-            push_all(&mut inv, [agent]);
-            push_all(&mut inv, run_program);
-            push_all(&mut inv, [exec_kind]);
-            push_all(&mut inv, event_log);
-        }
-        Operation::Destroy => {
-            push_all(&mut inv, debug_args(ctx));
-            push_all(&mut inv, message);
-            push_all(&mut inv, targets);
-            push_all(&mut inv, flag(o.target_dependents, "--target-dependents"));
-            push_all(&mut inv, parallel);
-            push_all(&mut inv, [agent]);
-            push_all(&mut inv, flag(o.refresh, "--refresh"));
-            push_all(&mut inv, flag(o.continue_on_error, "--continue-on-error"));
-            push_all(&mut inv, run_program);
-            push_all(&mut inv, [exec_kind]);
-            push_all(
-                &mut inv,
-                ["--yes".to_string(), "--skip-preview".to_string()],
-            );
-            push_all(&mut inv, event_log);
+/// The flags an operation may take, each in the form the CLI reads (empty when unset).
+struct OpFlags {
+    exec_kind: String,
+    debug: Vec<String>,
+    message: Option<String>,
+    expect_no_changes: Option<String>,
+    diff: String,
+    replaces: Vec<String>,
+    targets: Vec<String>,
+    target_dependents: Option<String>,
+    parallel: Option<String>,
+    agent: String,
+    refresh: Option<String>,
+    continue_on_error: Option<String>,
+    run_program: Option<String>,
+    event_log: [String; 2],
+    yes: [String; 2],
+}
+
+impl OpFlags {
+    fn new(o: &OperationOptions, ctx: &OpContext) -> OpFlags {
+        let flag = |on: bool, f: &str| on.then(|| f.to_string());
+        OpFlags {
+            exec_kind: "--exec-kind=auto.local".to_string(),
+            debug: debug_args(ctx),
+            message: o
+                .message
+                .as_deref()
+                .filter(|m| !m.is_empty())
+                .map(|m| format!("--message={m}")),
+            expect_no_changes: flag(o.expect_no_changes, "--expect-no-changes"),
+            diff: "--diff".to_string(),
+            replaces: o.replace.iter().map(|t| format!("--replace={t}")).collect(),
+            targets: o.target.iter().map(|t| format!("--target={t}")).collect(),
+            target_dependents: flag(o.target_dependents, "--target-dependents"),
+            parallel: o
+                .parallel
+                .filter(|n| *n > 0)
+                .map(|n| format!("--parallel={n}")),
+            agent: format!("--exec-agent={}", ctx.exec_agent),
+            refresh: flag(o.refresh, "--refresh"),
+            continue_on_error: flag(o.continue_on_error, "--continue-on-error"),
+            run_program: o.run_program.map(|b| format!("--run-program={b}")),
+            event_log: ["--event-log".to_string(), ctx.event_log.clone()],
+            yes: ["--yes".to_string(), "--skip-preview".to_string()],
         }
     }
+}
+
+/// The operation, with flags in the order PKO's agent produces them (contract §2.5), but
+/// without `--suppress-progress` on `up` (see [`up_flags`]).
+pub fn operation(op: Operation, stack: &str, o: &OperationOptions, ctx: &OpContext) -> Invocation {
+    let f = OpFlags::new(o, ctx);
+    let mut inv = Invocation::new(&[op.as_str()]);
+    match op {
+        Operation::Preview => preview_flags(&mut inv, f, ctx),
+        Operation::Up => up_flags(&mut inv, f, ctx),
+        Operation::Refresh => refresh_flags(&mut inv, f),
+        Operation::Destroy => destroy_flags(&mut inv, f),
+    }
     inv.stack_scoped(stack)
+}
+
+fn preview_flags(inv: &mut Invocation, f: OpFlags, ctx: &OpContext) {
+    push_all(inv, [f.exec_kind]);
+    push_all(inv, f.debug);
+    push_all(inv, f.message);
+    push_all(inv, f.expect_no_changes);
+    push_all(inv, [f.diff]);
+    push_all(inv, f.replaces);
+    push_all(inv, f.targets);
+    push_all(inv, f.target_dependents);
+    push_all(inv, f.parallel);
+    push_all(inv, [f.agent]);
+    push_all(inv, f.refresh);
+    push_all(inv, f.run_program);
+    push_all(inv, f.event_log);
+    push_all(
+        inv,
+        ctx.plan_file.as_ref().map(|f| format!("--save-plan={f}")),
+    );
+}
+
+fn up_flags(inv: &mut Invocation, f: OpFlags, ctx: &OpContext) {
+    push_all(inv, f.yes);
+    push_all(inv, f.debug);
+    push_all(inv, [f.exec_kind]);
+    push_all(inv, f.event_log);
+    push_all(inv, f.message);
+    push_all(inv, f.expect_no_changes);
+    push_all(inv, [f.diff]);
+    push_all(inv, f.replaces);
+    push_all(inv, f.targets);
+    push_all(inv, f.target_dependents);
+    push_all(inv, f.parallel);
+    push_all(inv, [f.agent]);
+    push_all(inv, f.refresh);
+    // PKO adds --suppress-progress here; it is left out on purpose: the real CLI's
+    // non-interactive display has no progress ticker anyway, and without the flag
+    // every resource step line reaches `kubectl logs` (the test stand-in drops them
+    // with it).
+    push_all(inv, f.continue_on_error);
+    push_all(inv, f.run_program);
+    push_all(inv, ctx.plan_file.as_ref().map(|f| format!("--plan={f}")));
+}
+
+fn refresh_flags(inv: &mut Invocation, f: OpFlags) {
+    push_all(inv, f.debug);
+    push_all(inv, f.yes);
+    push_all(inv, f.message);
+    push_all(inv, f.expect_no_changes);
+    push_all(inv, f.targets);
+    push_all(inv, f.target_dependents);
+    push_all(inv, f.parallel);
+    push_all(inv, [f.agent]);
+    push_all(inv, f.run_program);
+    push_all(inv, [f.exec_kind]);
+    push_all(inv, f.event_log);
+}
+
+fn destroy_flags(inv: &mut Invocation, f: OpFlags) {
+    push_all(inv, f.debug);
+    push_all(inv, f.message);
+    push_all(inv, f.targets);
+    push_all(inv, f.target_dependents);
+    push_all(inv, f.parallel);
+    push_all(inv, [f.agent]);
+    push_all(inv, f.refresh);
+    push_all(inv, f.continue_on_error);
+    push_all(inv, f.run_program);
+    push_all(inv, [f.exec_kind]);
+    push_all(inv, f.yes);
+    push_all(inv, f.event_log);
 }
 
 /// The refresh that runs before `up` when both `refresh` and `expectNoRefreshChanges` are set:

@@ -69,44 +69,13 @@ pub fn startup(
     dotenv: &[(String, String)],
 ) -> Startup {
     let mut s = Startup::default();
-    let get = |name: &str| env.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v);
     let plan_names = plan.map(|p| p.secret_env.as_slice()).unwrap_or_default();
-    for name in SECRET_ENV_NAMES
-        .iter()
-        .copied()
-        .chain(plan_names.iter().map(String::as_str))
-    {
-        if let Some(value) = get(name) {
-            s.add(value, || format!("the environment variable {name}"));
-        }
-    }
-    if let Some(file) = get(PASSPHRASE_FILE_ENV).filter(|f| !f.is_empty()) {
-        if let Some(value) = read_small(Path::new(file)) {
-            s.add(&value, || {
-                format!("the file named by {PASSPHRASE_FILE_ENV}")
-            });
-        }
-    }
-    for dir in plan
-        .map(|p| p.secret_env_dirs.as_slice())
-        .unwrap_or_default()
-    {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let key = entry.file_name().to_string_lossy().into_owned();
-            // A Secret volume's bookkeeping (`..data`, `..2026_…`) holds the same files again.
-            if key.starts_with("..") {
-                continue;
-            }
-            if let Some(value) = read_small(&entry.path()) {
-                s.add(&value, || {
-                    format!("the key {key} of the Secret mounted at {dir}")
-                });
-            }
-        }
-    }
+    s.add_secret_variables(env, plan_names);
+    s.add_passphrase_file(env);
+    s.add_mounted_secrets(
+        plan.map(|p| p.secret_env_dirs.as_slice())
+            .unwrap_or_default(),
+    );
     for (name, value) in env {
         for credential in url_credentials(value) {
             s.add(&credential, || {
@@ -114,18 +83,81 @@ pub fn startup(
             });
         }
     }
-    for (name, value) in dotenv {
-        s.add(value, || format!("the $PULUMI_ENV variable {name}"));
-        for credential in url_credentials(value) {
-            s.add(&credential, || {
-                format!("the URL credentials in the $PULUMI_ENV variable {name}")
-            });
+    s.add_dotenv(dotenv);
+    if let Some(p) = plan {
+        s.add_plan(p);
+    }
+    s
+}
+
+/// The value of the last assignment of `name` in `env`.
+fn lookup<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a String> {
+    env.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v)
+}
+
+impl Startup {
+    /// The variables of [`SECRET_ENV_NAMES`] and those the plan names.
+    fn add_secret_variables(&mut self, env: &[(String, String)], plan_names: &[String]) {
+        for name in SECRET_ENV_NAMES
+            .iter()
+            .copied()
+            .chain(plan_names.iter().map(String::as_str))
+        {
+            if let Some(value) = lookup(env, name) {
+                self.add(value, || format!("the environment variable {name}"));
+            }
         }
     }
-    if let Some(p) = plan {
+
+    /// The passphrase in the file [`PASSPHRASE_FILE_ENV`] names.
+    fn add_passphrase_file(&mut self, env: &[(String, String)]) {
+        if let Some(file) = lookup(env, PASSPHRASE_FILE_ENV).filter(|f| !f.is_empty()) {
+            if let Some(value) = read_small(Path::new(file)) {
+                self.add(&value, || {
+                    format!("the file named by {PASSPHRASE_FILE_ENV}")
+                });
+            }
+        }
+    }
+
+    /// Every key of the Secrets mounted for `envFrom`.
+    fn add_mounted_secrets(&mut self, dirs: &[String]) {
+        for dir in dirs {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let key = entry.file_name().to_string_lossy().into_owned();
+                // A Secret volume's bookkeeping (`..data`, `..2026_…`) holds the same files again.
+                if key.starts_with("..") {
+                    continue;
+                }
+                if let Some(value) = read_small(&entry.path()) {
+                    self.add(&value, || {
+                        format!("the key {key} of the Secret mounted at {dir}")
+                    });
+                }
+            }
+        }
+    }
+
+    /// Every value of `$PULUMI_ENV`, and the credentials of the URLs in them.
+    fn add_dotenv(&mut self, dotenv: &[(String, String)]) {
+        for (name, value) in dotenv {
+            self.add(value, || format!("the $PULUMI_ENV variable {name}"));
+            for credential in url_credentials(value) {
+                self.add(&credential, || {
+                    format!("the URL credentials in the $PULUMI_ENV variable {name}")
+                });
+            }
+        }
+    }
+
+    /// The credentials of the source URL and the literal secret config values.
+    fn add_plan(&mut self, p: &RunPlan) {
         if let Some(url) = p.source.as_ref().and_then(source_url) {
             for credential in url_credentials(url) {
-                s.add(&credential, || {
+                self.add(&credential, || {
                     "the credentials in the source URL".to_string()
                 });
             }
@@ -136,16 +168,15 @@ pub fn startup(
             }
             match &item.value {
                 Some(serde_json::Value::String(v)) => {
-                    s.add(v, || format!("the secret config value {}", item.key))
+                    self.add(v, || format!("the secret config value {}", item.key))
                 }
-                Some(other) => s.add(&other.to_string(), || {
+                Some(other) => self.add(&other.to_string(), || {
                     format!("the secret config value {}", item.key)
                 }),
                 None => {}
             }
         }
     }
-    s
 }
 
 fn source_url(source: &pulumi_operator_api::plan::Source) -> Option<&str> {
