@@ -104,66 +104,79 @@ fn download_with_retries(url: &str, file: &Path, max_bytes: u64) -> Result<Strin
     loop {
         match download(&client, url, file, max_bytes) {
             Ok(hex) => return Ok(hex),
-            Err((retryable, e)) if retryable && attempt < ATTEMPTS => {
+            Err(e) if e.retryable() && attempt < ATTEMPTS => {
                 let delay = backoff.after(attempt);
                 log(format!(
                     "download attempt {attempt} of {ATTEMPTS} failed ({}); retrying in {}s",
-                    redact::urls(&e),
+                    redact::urls(&e.to_string()),
                     delay.as_secs()
                 ));
                 std::thread::sleep(delay);
                 attempt += 1;
             }
-            Err((_, e)) => return Err(ArtifactError::Download(redact::urls(&e))),
+            Err(e) => return Err(ArtifactError::Download(redact::urls(&e.to_string()))),
         }
     }
 }
 
-/// One download; the error says whether a retry may help.
+/// Why one download failed (before redaction).
+#[derive(Debug, thiserror::Error)]
+enum DownloadError {
+    #[error("{}", crate::error::chain(.0))]
+    Request(reqwest::Error),
+    #[error("HTTP {0}")]
+    Status(reqwest::StatusCode),
+    #[error("the artifact is larger than {0} bytes")]
+    TooLarge(u64),
+    #[error("{}", crate::error::chain(.0))]
+    Read(std::io::Error),
+    #[error("{0}")]
+    File(std::io::Error),
+}
+
+impl DownloadError {
+    /// Whether another attempt may help: network trouble, a server error, throttling.
+    fn retryable(&self) -> bool {
+        match self {
+            DownloadError::Request(_) | DownloadError::Read(_) => true,
+            DownloadError::Status(status) => status.is_server_error() || status.as_u16() == 429,
+            DownloadError::TooLarge(_) | DownloadError::File(_) => false,
+        }
+    }
+}
+
+/// One download.
 fn download(
     client: &reqwest::blocking::Client,
     url: &str,
     file: &Path,
     max_bytes: u64,
-) -> Result<String, (bool, String)> {
-    let mut response = client
-        .get(url)
-        .send()
-        .map_err(|e| (true, crate::error::chain(&e)))?;
+) -> Result<String, DownloadError> {
+    let mut response = client.get(url).send().map_err(DownloadError::Request)?;
     let status = response.status();
     if !status.is_success() {
-        let retryable = status.is_server_error() || status.as_u16() == 429;
-        return Err((retryable, format!("HTTP {status}")));
+        return Err(DownloadError::Status(status));
     }
     if response.content_length().is_some_and(|n| n > max_bytes) {
-        return Err((
-            false,
-            format!("the artifact is larger than {max_bytes} bytes"),
-        ));
+        return Err(DownloadError::TooLarge(max_bytes));
     }
-    let mut out = std::fs::File::create(file).map_err(|e| (false, e.to_string()))?;
+    let mut out = std::fs::File::create(file).map_err(DownloadError::File)?;
     let mut hasher = Sha256::new();
     let mut total: u64 = 0;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let n = response
-            .read(&mut buf)
-            .map_err(|e| (true, crate::error::chain(&e)))?;
+        let n = response.read(&mut buf).map_err(DownloadError::Read)?;
         if n == 0 {
             break;
         }
         total += n as u64;
         if total > max_bytes {
-            return Err((
-                false,
-                format!("the artifact is larger than {max_bytes} bytes"),
-            ));
+            return Err(DownloadError::TooLarge(max_bytes));
         }
         hasher.update(&buf[..n]);
-        out.write_all(&buf[..n])
-            .map_err(|e| (false, e.to_string()))?;
+        out.write_all(&buf[..n]).map_err(DownloadError::File)?;
     }
-    out.flush().map_err(|e| (false, e.to_string()))?;
+    out.flush().map_err(DownloadError::File)?;
     Ok(hex(&hasher.finalize()))
 }
 
