@@ -244,21 +244,7 @@ pub fn parse_duration(input: &str) -> Result<std::time::Duration, DurationError>
             .find(|c: char| c == '.' || c.is_ascii_digit())
             .unwrap_or(after_number.len());
         let (unit, after_unit) = after_number.split_at(unit_end);
-        let unit_nanos: u128 = match unit {
-            "ns" => 1,
-            "us" | "\u{00b5}s" | "\u{03bc}s" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60 * 1_000_000_000,
-            "h" => 3_600 * 1_000_000_000,
-            "" => return Err(DurationError::MissingUnit(input.to_string())),
-            other => {
-                return Err(DurationError::UnknownUnit {
-                    unit: other.to_string(),
-                    input: input.to_string(),
-                })
-            }
-        };
+        let unit_nanos = unit_nanos(unit, input)?;
         let whole: u128 = if int_part.is_empty() {
             0
         } else if int_part.len() > 30 {
@@ -287,6 +273,25 @@ pub fn parse_duration(input: &str) -> Result<std::time::Duration, DurationError>
     let secs = u64::try_from(total / 1_000_000_000).map_err(|_| invalid())?;
     let nanos = u32::try_from(total % 1_000_000_000).map_err(|_| invalid())?;
     Ok(std::time::Duration::new(secs, nanos))
+}
+
+/// Nanoseconds in one `unit` of a Go duration (`input`, for the error).
+fn unit_nanos(unit: &str, input: &str) -> Result<u128, DurationError> {
+    Ok(match unit {
+        "ns" => 1,
+        "us" | "\u{00b5}s" | "\u{03bc}s" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" => 60 * 1_000_000_000,
+        "h" => 3_600 * 1_000_000_000,
+        "" => return Err(DurationError::MissingUnit(input.to_string())),
+        other => {
+            return Err(DurationError::UnknownUnit {
+                unit: other.to_string(),
+                input: input.to_string(),
+            })
+        }
+    })
 }
 
 #[cfg(test)]
