@@ -54,16 +54,7 @@ async fn run(config: runtime::config::Config) -> anyhow::Result<()> {
         version = env!("CARGO_PKG_VERSION"),
         "starting pulumi-operator"
     );
-    let limits = config.git_remote_limits();
-    if source::poll::Poller::configure(limits).is_err() {
-        warn!("the git remote pool was configured before start-up; flags ignored");
-    }
-    info!(
-        concurrency = limits.total,
-        per_host = limits.per_host,
-        timeout = ?limits.deadline,
-        "git remote calls (tracked branches) run on a bounded pool"
-    );
+    configure_git_remote_pool(&config);
     let client = kube::Client::try_default()
         .await
         .context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
@@ -78,35 +69,14 @@ async fn run(config: runtime::config::Config) -> anyhow::Result<()> {
     let http = tokio::spawn(http::serve(config.http_addr, http_state, shutdown.clone()));
     tokio::spawn(memory::trim_periodically(shutdown.clone()));
 
-    // An API server that does not answer yet is waited for (with backoff), not a reason to
-    // exit: a restart loop would only add CrashLoopBackOff's minutes to the outage.
-    let mut failures = 0;
-    loop {
-        match controllers::check_crds_installed(&client).await {
-            Ok(()) => break,
-            Err(controllers::StartCheck::Missing(missing)) => {
-                shutdown.cancel();
-                anyhow::bail!(
-                    "{missing}. Install the operator's CRDs first: `kubectl apply --server-side -k kustomize/base` \
-                     installs everything, `kubectl apply --server-side -f crds/` only the CRDs."
-                );
-            }
-            Err(controllers::StartCheck::Unreachable(why)) => {
-                failures += 1;
-                let wait = STARTUP_BACKOFF.after(failures);
-                tracing::warn!(retry_in = ?wait, "the API server is not answering yet: {why}");
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = shutdown.cancelled() => return Ok(()),
-                }
-            }
-        }
+    if !wait_for_crds(&client, &shutdown).await? {
+        return Ok(());
     }
     let mut config = config;
     config.runner_image = resolve_runner_image(&client, &config).await;
     info!(runner_image = %config.runner_image, "runner image");
     ready.store(true, Ordering::Relaxed);
-    let streaming_lists = controllers::streaming_lists_supported(&client, &config).await;
+    let streaming_lists = runtime::startup::streaming_lists_supported(&client, &config).await;
     info!(
         streaming_lists,
         "initial lists of the watches are {}",
@@ -132,6 +102,51 @@ async fn run(config: runtime::config::Config) -> anyhow::Result<()> {
     let _ = http.await;
     info!("stopped");
     Ok(())
+}
+
+/// The bounded pool git remote calls (tracked branches) run on, sized by the flags.
+fn configure_git_remote_pool(config: &runtime::config::Config) {
+    let limits = config.git_remote_limits();
+    if source::poll::Poller::configure(limits).is_err() {
+        warn!("the git remote pool was configured before start-up; flags ignored");
+    }
+    info!(
+        concurrency = limits.total,
+        per_host = limits.per_host,
+        timeout = ?limits.deadline,
+        "git remote calls (tracked branches) run on a bounded pool"
+    );
+}
+
+/// Waits until the CRDs are known to be installed (true), or shutdown (false). An API server
+/// that does not answer yet is waited for (with backoff), not a reason to exit: a restart loop
+/// would only add CrashLoopBackOff's minutes to the outage. Missing CRDs are an error.
+async fn wait_for_crds(
+    client: &kube::Client,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<bool> {
+    let mut failures = 0;
+    loop {
+        match runtime::startup::check_crds_installed(client).await {
+            Ok(()) => return Ok(true),
+            Err(runtime::startup::StartCheck::Missing(missing)) => {
+                shutdown.cancel();
+                anyhow::bail!(
+                    "{missing}. Install the operator's CRDs first: `kubectl apply --server-side -k kustomize/base` \
+                     installs everything, `kubectl apply --server-side -f crds/` only the CRDs."
+                );
+            }
+            Err(runtime::startup::StartCheck::Unreachable(why)) => {
+                failures += 1;
+                let wait = STARTUP_BACKOFF.after(failures);
+                tracing::warn!(retry_in = ?wait, "the API server is not answering yet: {why}");
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = shutdown.cancelled() => return Ok(false),
+                }
+            }
+        }
+    }
 }
 
 /// Waits between attempts to reach the API server or the leader Lease: 1 s, doubling, 30 s at

@@ -263,6 +263,72 @@ pub fn bounded_note(note: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::index;
+    use kube::runtime::reflector;
+    use std::sync::Arc;
+    use tokio_util::sync::CancellationToken;
+
+    #[tokio::test]
+    async fn the_last_written_update_status_wins_over_an_older_cache() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let cfg = <crate::runtime::config::Config as clap::Parser>::try_parse_from(["op"]).unwrap();
+        let ctx = Context::new(
+            client,
+            cfg,
+            Arc::new(crate::runtime::metrics::Metrics::default()),
+            Stores {
+                stacks: reflector::store().0,
+                updates: reflector::store().0,
+                programs: reflector::store().0,
+                workspaces: reflector::store().0,
+                jobs: reflector::store().0,
+                pods: reflector::store().0,
+                pods_by_update: index::Index::new(|_| None),
+                updates_by_stack: index::Index::new(|_| None),
+            },
+            &CancellationToken::new(),
+        );
+        let update: Update = serde_json::from_value(serde_json::json!({
+            "apiVersion": "auto.pulumi.com/v1alpha1", "kind": "Update",
+            "metadata": {"name": "u", "namespace": "ns", "uid": "1"}, "spec": {}
+        }))
+        .unwrap();
+        let cached = Arc::new(update.clone());
+        assert!(ctx.with_written_status(cached.clone()).status.is_none());
+        let written = pulumi_operator_api::UpdateStatus {
+            message: Some("running".into()),
+            ..Default::default()
+        };
+        ctx.wrote_update_status(&update, &written);
+        assert_eq!(
+            ctx.with_written_status(cached.clone()).status.as_ref(),
+            Some(&written)
+        );
+        // Another Update of the same name (a new uid) starts afresh.
+        let mut other = update.clone();
+        other.metadata.uid = Some("2".into());
+        assert!(ctx.with_written_status(Arc::new(other)).status.is_none());
+        ctx.forget("update", "ns", "u");
+        assert!(ctx.with_written_status(cached.clone()).status.is_none());
+        // Once the cache shows what was written (times to the second, as the API server
+        // returns them), only the cache is kept.
+        let written = pulumi_operator_api::UpdateStatus {
+            start_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-25T10:00:00.123456789Z".parse().unwrap(),
+            )),
+            ..written
+        };
+        ctx.wrote_update_status(&update, &written);
+        let stored: pulumi_operator_api::UpdateStatus =
+            serde_json::from_value(serde_json::to_value(&written).unwrap()).unwrap();
+        assert_ne!(stored, written);
+        let mut caught_up = update.clone();
+        caught_up.status = Some(stored.clone());
+        let seen = ctx.with_written_status(Arc::new(caught_up));
+        assert_eq!(seen.status.as_ref(), Some(&stored));
+        assert!(ctx.with_written_status(cached).status.is_none());
+    }
 
     #[test]
     fn event_notes_fit_what_the_api_server_accepts() {

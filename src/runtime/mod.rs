@@ -16,7 +16,10 @@ pub mod metrics;
 pub mod owners;
 pub mod policy;
 pub mod recently_seen;
+pub mod startup;
+pub mod turns;
 pub mod warnings;
+pub mod watch;
 
 use kube::runtime::controller::Action;
 use std::time::Duration;

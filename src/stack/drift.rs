@@ -12,6 +12,7 @@ use jiff::tz::TimeZone;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
+use pulumi_operator_api::names;
 use pulumi_operator_api::{
     DriftDetection, DriftStatus, ResourceChange, Stack, StackSpec, StackStatus,
     StackUpdateStateMessage, Update, UpdateType,
@@ -370,15 +371,8 @@ pub fn absorb_check(
             revision,
             ..Default::default()
         }));
-        crate::stack::status::set_condition(
-            status,
-            CONDITION_DRIFT_DETECTED,
-            names_unknown(),
-            REASON_CHECK_FAILED,
-            &message,
-            generation,
-            now,
-        );
+        let condition = (names_unknown(), REASON_CHECK_FAILED, message.as_str());
+        set_drift_condition(status, condition, generation, now);
         return Finding::Failed { message };
     }
     let count = result.changed.unwrap_or(result.changes.len() as i64);
@@ -395,39 +389,43 @@ pub fn absorb_check(
         resources: result.changes.clone(),
         next_check_time: None,
     }));
-    if count > 0 {
-        let message = format!(
-            "{}; found by {name} (kubectl logs job/{name})",
-            describe(&result.changes, count)
-        );
-        crate::stack::status::set_condition(
-            status,
-            CONDITION_DRIFT_DETECTED,
-            pulumi_operator_api::names::STATUS_TRUE,
-            REASON_DRIFT_DETECTED,
-            &message,
-            generation,
-            now,
-        );
-        Finding::Drifted {
-            count,
-            message,
-            new: !same_as_before,
-        }
-    } else {
-        crate::stack::status::set_condition(
-            status,
-            CONDITION_DRIFT_DETECTED,
-            pulumi_operator_api::names::STATUS_FALSE,
-            REASON_NO_DRIFT,
-            &format!("no drift found by {name}"),
-            generation,
-            now,
-        );
-        Finding::Clean {
+    if count == 0 {
+        let message = format!("no drift found by {name}");
+        let condition = (names::STATUS_FALSE, REASON_NO_DRIFT, message.as_str());
+        set_drift_condition(status, condition, generation, now);
+        return Finding::Clean {
             resolved: was_drifted,
-        }
+        };
     }
+    let message = format!(
+        "{}; found by {name} (kubectl logs job/{name})",
+        describe(&result.changes, count)
+    );
+    let condition = (names::STATUS_TRUE, REASON_DRIFT_DETECTED, message.as_str());
+    set_drift_condition(status, condition, generation, now);
+    Finding::Drifted {
+        count,
+        message,
+        new: !same_as_before,
+    }
+}
+
+/// Sets `DriftDetected` to (status, reason, message).
+fn set_drift_condition(
+    status: &mut StackStatus,
+    (condition_status, reason, message): (&str, &str, &str),
+    generation: i64,
+    now: &Time,
+) {
+    crate::stack::status::set_condition(
+        status,
+        CONDITION_DRIFT_DETECTED,
+        condition_status,
+        reason,
+        message,
+        generation,
+        now,
+    );
 }
 
 fn names_unknown() -> &'static str {

@@ -9,8 +9,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::{Resource, ResourceExt};
 use pulumi_operator_api::names;
 use pulumi_operator_api::{
-    ConfigItem, ConfigValueFrom, ResourceSelectorType, Stack, Update, UpdateSpec, UpdateType,
-    Workspace, WorkspaceFluxSource, WorkspaceGitSource, WorkspaceSpec, WorkspaceStack,
+    ConfigItem, ConfigValueFrom, ResourceSelectorType, Stack, Update, UpdateSpec, UpdateTemplate,
+    UpdateType, Workspace, WorkspaceFluxSource, WorkspaceGitSource, WorkspaceSpec, WorkspaceStack,
 };
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -465,8 +465,31 @@ pub fn stack_exists(stack: &Stack) -> bool {
 
 /// The Update for a due operation (PKO's `newUp` / `newDestroy`), with `updateTemplate` on top.
 pub fn build_update(stack: &Stack, kind: UpdateType, reason: &str, revision: &str) -> Update {
-    let spec = &stack.spec;
     let name = update_name(stack, &kind, revision);
+    let annotations = update_annotations(stack, &kind, revision);
+    let mut update = Update {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: stack.namespace(),
+            labels: Some(labels(&stack.name_any())),
+            annotations: Some(annotations),
+            owner_references: controller_ref(stack).map(|o| vec![o]),
+            // Held until the Stack has absorbed the result (src/stack/inflight.rs).
+            finalizers: Some(vec![names::FINALIZER.to_string()]),
+            ..Default::default()
+        },
+        spec: update_spec(stack, kind, reason),
+        status: None,
+    };
+    if let Some(template) = &stack.spec.update_template {
+        apply_update_template(&mut update, template);
+    }
+    update
+}
+
+/// The operation's options, from the Stack's spec.
+fn update_spec(stack: &Stack, kind: UpdateType, reason: &str) -> UpdateSpec {
+    let spec = &stack.spec;
     let is_destroy = kind == UpdateType::Destroy;
     let mut update_spec = UpdateSpec {
         workspace_name: Some(stack.name_any()),
@@ -484,80 +507,78 @@ pub fn build_update(stack: &Stack, kind: UpdateType, reason: &str, revision: &st
         update_spec.target_dependents = Some(spec.target_dependents);
         update_spec.refresh = Some(spec.refresh);
     }
+    update_spec
+}
+
+/// What triggered the Update, and the options PKO's Update spec has no field for.
+fn update_annotations(
+    stack: &Stack,
+    kind: &UpdateType,
+    revision: &str,
+) -> BTreeMap<String, String> {
+    let spec = &stack.spec;
+    let request = stack
+        .annotations()
+        .get(names::RECONCILIATION_REQUEST_ANNOTATION)
+        .cloned()
+        .unwrap_or_default();
     let mut annotations = BTreeMap::from([
         (
             TRIGGER_GENERATION_ANNOTATION.to_string(),
             stack.metadata.generation.unwrap_or(0).to_string(),
         ),
-        (
-            TRIGGER_REQUEST_ANNOTATION.to_string(),
-            stack
-                .annotations()
-                .get(names::RECONCILIATION_REQUEST_ANNOTATION)
-                .cloned()
-                .unwrap_or_default(),
-        ),
+        (TRIGGER_REQUEST_ANNOTATION.to_string(), request),
         (
             TRIGGER_REVISION_ANNOTATION.to_string(),
             revision.to_string(),
         ),
     ]);
-    if spec.retry_on_update_conflict {
-        annotations.insert(RETRY_ON_CONFLICT_ANNOTATION.to_string(), "true".to_string());
-    }
-    if stack_exists(stack) {
-        annotations.insert(STACK_EXISTS_ANNOTATION.to_string(), "true".to_string());
-    }
-    if spec.expect_no_refresh_changes && spec.refresh && !is_destroy {
-        annotations.insert(
-            EXPECT_NO_REFRESH_CHANGES_ANNOTATION.to_string(),
-            "true".to_string(),
-        );
-    }
-    let mut update = Update {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: stack.namespace(),
-            labels: Some(labels(&stack.name_any())),
-            annotations: Some(annotations),
-            owner_references: controller_ref(stack).map(|o| vec![o]),
-            // Held until the Stack has absorbed the result (src/stack/inflight.rs).
-            finalizers: Some(vec![names::FINALIZER.to_string()]),
-            ..Default::default()
-        },
-        spec: update_spec,
-        status: None,
-    };
-    if let Some(template) = &spec.update_template {
-        if let Some(t) = &template.spec {
-            let mut b = serde_json::to_value(&update.spec).unwrap_or(Value::Null);
-            let mut p = serde_json::to_value(t).unwrap_or(Value::Null);
-            if let Some(obj) = p.as_object_mut() {
-                // What the operator decided is not the template's to change.
-                for k in ["workspaceName", "stackName", "type"] {
-                    obj.remove(k);
-                }
-            }
-            crate::runtime::merge::merge(&mut b, &p);
-            if let Ok(s) = serde_json::from_value(b) {
-                update.spec = s;
-            }
-        }
-        if let Some(m) = &template.metadata {
-            let labels = update.metadata.labels.get_or_insert_with(BTreeMap::new);
-            for (k, v) in m.labels.iter().flatten() {
-                labels.entry(k.clone()).or_insert_with(|| v.clone());
-            }
-            let annotations = update
-                .metadata
-                .annotations
-                .get_or_insert_with(BTreeMap::new);
-            for (k, v) in m.annotations.iter().flatten() {
-                annotations.entry(k.clone()).or_insert_with(|| v.clone());
-            }
+    let flags = [
+        (RETRY_ON_CONFLICT_ANNOTATION, spec.retry_on_update_conflict),
+        (STACK_EXISTS_ANNOTATION, stack_exists(stack)),
+        (
+            EXPECT_NO_REFRESH_CHANGES_ANNOTATION,
+            spec.expect_no_refresh_changes && spec.refresh && *kind != UpdateType::Destroy,
+        ),
+    ];
+    for (annotation, set) in flags {
+        if set {
+            annotations.insert(annotation.to_string(), "true".to_string());
         }
     }
-    update
+    annotations
+}
+
+/// `spec.updateTemplate`: its spec merged over the operator's (except what the operator
+/// decided), its labels and annotations added where the operator set none.
+fn apply_update_template(update: &mut Update, template: &UpdateTemplate) {
+    if let Some(t) = &template.spec {
+        let mut b = serde_json::to_value(&update.spec).unwrap_or(Value::Null);
+        let mut p = serde_json::to_value(t).unwrap_or(Value::Null);
+        if let Some(obj) = p.as_object_mut() {
+            // What the operator decided is not the template's to change.
+            for k in ["workspaceName", "stackName", "type"] {
+                obj.remove(k);
+            }
+        }
+        crate::runtime::merge::merge(&mut b, &p);
+        if let Ok(s) = serde_json::from_value(b) {
+            update.spec = s;
+        }
+    }
+    if let Some(m) = &template.metadata {
+        let labels = update.metadata.labels.get_or_insert_with(BTreeMap::new);
+        for (k, v) in m.labels.iter().flatten() {
+            labels.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        let annotations = update
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new);
+        for (k, v) in m.annotations.iter().flatten() {
+            annotations.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
 }
 
 #[cfg(test)]

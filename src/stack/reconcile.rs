@@ -736,7 +736,8 @@ impl<'a> Pass<'a> {
         ))
     }
 
-    /// An operation is due: check prerequisites, claim it, start it.
+    /// An operation is due: check the approval gate, the maintenance window, prerequisites
+    /// and what the pod needs, then claim it and start it.
     async fn run(
         &mut self,
         kind: UpdateType,
@@ -749,128 +750,30 @@ impl<'a> Pass<'a> {
             Ok(next) => next,
             Err(waiting) => return Ok(waiting),
         };
-        let drift_check = match purpose {
-            Purpose::DriftCheck(slot) => Some(slot),
-            _ => None,
-        };
-        if drift_check.is_none() {
-            use crate::stack::window::{gate, Gate, REASON_OUTSIDE_MAINTENANCE_WINDOW};
-            if let Gate::Closed { opens_at } = gate(&self.stack.spec, &kind, self.now.0) {
-                let (when, requeue) = match opens_at {
-                    Some(at) => {
-                        let wait: Duration = at
-                            .duration_since(self.now.0)
-                            .try_into()
-                            .unwrap_or(Duration::from_secs(1));
-                        (
-                            format!(
-                                "opens at {at} (in {})",
-                                crate::runtime::duration::human(wait)
-                            ),
-                            Some(wait.max(Duration::from_secs(1))),
-                        )
-                    }
-                    None => ("never opens again".to_string(), None),
-                };
-                let message = format!(
-                    "{} is due ({reason}) and waits for the maintenance window, which {when}; \
-                     remove or change spec.maintenanceWindow to run it sooner",
-                    kind.as_str()
-                );
-                let waiting = self.written.conditions.iter().flatten().any(|c| {
-                    c.type_ == names::CONDITION_RECONCILING
-                        && c.reason == REASON_OUTSIDE_MAINTENANCE_WINDOW
-                });
-                info!(%message, "outside the maintenance window");
-                mark_reconciling(
-                    &mut self.status,
-                    REASON_OUTSIDE_MAINTENANCE_WINDOW,
-                    &message,
-                    self.generation,
-                    &self.now,
-                );
-                if !waiting {
-                    self.publish(
-                        EventType::Normal,
-                        REASON_OUTSIDE_MAINTENANCE_WINDOW,
-                        message,
-                    )
-                    .await;
-                }
-                return Ok(requeue
-                    .map(crate::runtime::requeue)
-                    .unwrap_or_else(Action::await_change));
+        let drift_check = matches!(purpose, Purpose::DriftCheck(_));
+        if !drift_check {
+            if let Some(waiting) = self.outside_window(&kind, &reason).await {
+                return Ok(waiting);
             }
         }
         // Prerequisites are checked only when an operation is due, and not for a destroy (nor
         // for a drift check, which changes nothing).
-        if !self.deleting && drift_check.is_none() {
-            let problems = prerequisites_ready(self.ctx, self.stack, &self.ns, &self.now).await?;
-            if !problems.is_empty() {
-                let message = prereq::message(&problems);
-                info!(%message, %reason, "waiting for prerequisites");
-                mark_reconciling(
-                    &mut self.status,
-                    names::REASON_PREREQUISITE_NOT_SATISFIED,
-                    &message,
-                    self.generation,
-                    &self.now,
-                );
-                return Ok(Action::await_change());
+        if !self.deleting && !drift_check {
+            if let Some(waiting) = self.prerequisites_pending(&reason).await? {
+                return Ok(waiting);
             }
         }
         let workspace = build_workspace(self.stack, source);
-        if let Err(why) =
-            crate::stack::objects::workspace_policy(&self.ns, &workspace, &self.ctx.policy)
-        {
-            warn!(%why, "not allowed");
-            self.stall_once(names::REASON_NOT_ALLOWED, &why, names::REASON_NOT_ALLOWED)
-                .await;
-            return Ok(crate::runtime::requeue(REJECTED_REQUEUE));
-        }
-        if !self.deleting {
-            if let Some(message) = self.missing_references(&workspace).await? {
-                warn!(%message, "referenced objects missing");
-                self.stall_once(
-                    REASON_REFERENCE_NOT_FOUND,
-                    &message,
-                    REASON_REFERENCE_NOT_FOUND,
-                )
-                .await;
-                return Ok(crate::runtime::requeue(SOURCE_UNAVAILABLE_REQUEUE));
-            }
+        if let Some(refused) = self.refused_workspace(&workspace).await? {
+            return Ok(refused);
         }
         // Names derive from the status as this reconcile sees it (after absorbing).
         let mut view = self.stack.clone();
         view.status = Some(self.status.clone());
-        let update = match &purpose {
-            Purpose::DriftCheck(slot) => drift::build_check(&view, revision, *slot),
-            Purpose::Remediation => drift::build_remediation(&view, &reason, revision),
-            Purpose::Sync => build_update(&view, kind, &reason, revision),
-            Purpose::Plan => approval::build_plan(&view, &reason, revision),
-            Purpose::ApplyPlan(plan, _) => {
-                approval::mark_applying(&mut self.status, plan);
-                approval::build_apply(&view, kind, &reason, revision, plan)
-            }
-        };
+        let update = self.operation(&view, kind, &reason, revision, &purpose);
         let update_name = update.name_any();
-        self.status.current_update = Some(CurrentStackUpdate {
-            name: Some(update_name.clone()),
-            generation: Some(self.generation),
-            reconcile_request: Some(self.request.clone()),
-            commit: Some(revision.to_string()),
-        });
-        if drift_check.is_none() {
-            mark_reconciling(
-                &mut self.status,
-                names::REASON_STACK_PROCESSING,
-                names::MESSAGE_STACK_BEING_PROCESSED,
-                self.generation,
-                &self.now,
-            );
-        }
         // The claim: written only if the Stack is still the one this decision was made on.
-        if !self.save_guarded().await? {
+        if !self.claim(&update_name, revision, drift_check).await? {
             info!(update = %update_name, "the stack changed since it was read; deciding again");
             return Ok(crate::runtime::requeue(CLAIM_CONFLICT_REQUEUE));
         }
@@ -882,7 +785,160 @@ impl<'a> Pass<'a> {
             // Transient: the next reconcile finds the claim without its Update and decides again.
             Err(e) => return Err(e),
         }
-        if let Purpose::ApplyPlan(plan, by) = &purpose {
+        self.announce(&purpose, &update_name, reason).await;
+        Ok(Action::await_change())
+    }
+
+    /// Outside the maintenance window (`spec.maintenanceWindow`): the action while waiting for
+    /// it to open (a Normal Event when the wait begins).
+    async fn outside_window(&mut self, kind: &UpdateType, reason: &str) -> Option<Action> {
+        use crate::stack::window::{gate, Gate, REASON_OUTSIDE_MAINTENANCE_WINDOW};
+        let Gate::Closed { opens_at } = gate(&self.stack.spec, kind, self.now.0) else {
+            return None;
+        };
+        let (when, requeue) = match opens_at {
+            Some(at) => {
+                let wait: Duration = at
+                    .duration_since(self.now.0)
+                    .try_into()
+                    .unwrap_or(Duration::from_secs(1));
+                (
+                    format!(
+                        "opens at {at} (in {})",
+                        crate::runtime::duration::human(wait)
+                    ),
+                    Some(wait.max(Duration::from_secs(1))),
+                )
+            }
+            None => ("never opens again".to_string(), None),
+        };
+        let message = format!(
+            "{} is due ({reason}) and waits for the maintenance window, which {when}; \
+             remove or change spec.maintenanceWindow to run it sooner",
+            kind.as_str()
+        );
+        let waiting = self.written.conditions.iter().flatten().any(|c| {
+            c.type_ == names::CONDITION_RECONCILING && c.reason == REASON_OUTSIDE_MAINTENANCE_WINDOW
+        });
+        info!(%message, "outside the maintenance window");
+        mark_reconciling(
+            &mut self.status,
+            REASON_OUTSIDE_MAINTENANCE_WINDOW,
+            &message,
+            self.generation,
+            &self.now,
+        );
+        if !waiting {
+            self.publish(
+                EventType::Normal,
+                REASON_OUTSIDE_MAINTENANCE_WINDOW,
+                message,
+            )
+            .await;
+        }
+        Some(
+            requeue
+                .map(crate::runtime::requeue)
+                .unwrap_or_else(Action::await_change),
+        )
+    }
+
+    /// Prerequisites (`spec.prerequisites`) not satisfied yet: the action while waiting.
+    async fn prerequisites_pending(&mut self, reason: &str) -> Result<Option<Action>> {
+        let problems = prerequisites_ready(self.ctx, self.stack, &self.ns, &self.now).await?;
+        if problems.is_empty() {
+            return Ok(None);
+        }
+        let message = prereq::message(&problems);
+        info!(%message, %reason, "waiting for prerequisites");
+        mark_reconciling(
+            &mut self.status,
+            names::REASON_PREREQUISITE_NOT_SATISFIED,
+            &message,
+            self.generation,
+            &self.now,
+        );
+        Ok(Some(Action::await_change()))
+    }
+
+    /// A workspace the administrator's limits refuse, or whose referenced objects are missing
+    /// (not checked for a destroy): the Stack stalls, and the action until it is fixed.
+    async fn refused_workspace(&mut self, workspace: &Workspace) -> Result<Option<Action>> {
+        if let Err(why) =
+            crate::stack::objects::workspace_policy(&self.ns, workspace, &self.ctx.policy)
+        {
+            warn!(%why, "not allowed");
+            self.stall_once(names::REASON_NOT_ALLOWED, &why, names::REASON_NOT_ALLOWED)
+                .await;
+            return Ok(Some(crate::runtime::requeue(REJECTED_REQUEUE)));
+        }
+        if self.deleting {
+            return Ok(None);
+        }
+        let Some(message) = self.missing_references(workspace).await? else {
+            return Ok(None);
+        };
+        warn!(%message, "referenced objects missing");
+        self.stall_once(
+            REASON_REFERENCE_NOT_FOUND,
+            &message,
+            REASON_REFERENCE_NOT_FOUND,
+        )
+        .await;
+        Ok(Some(crate::runtime::requeue(SOURCE_UNAVAILABLE_REQUEUE)))
+    }
+
+    /// The Update that runs the operation, for what it is for.
+    fn operation(
+        &mut self,
+        view: &Stack,
+        kind: UpdateType,
+        reason: &str,
+        revision: &str,
+        purpose: &Purpose,
+    ) -> Update {
+        match purpose {
+            Purpose::DriftCheck(slot) => drift::build_check(view, revision, *slot),
+            Purpose::Remediation => drift::build_remediation(view, reason, revision),
+            Purpose::Sync => build_update(view, kind, reason, revision),
+            Purpose::Plan => approval::build_plan(view, reason, revision),
+            Purpose::ApplyPlan(plan, _) => {
+                approval::mark_applying(&mut self.status, plan);
+                approval::build_apply(view, kind, reason, revision, plan)
+            }
+        }
+    }
+
+    /// Claims the operation in the status (`currentUpdate`), written only if the Stack is
+    /// still the one this decision was made on (false: it changed).
+    async fn claim(
+        &mut self,
+        update_name: &str,
+        revision: &str,
+        drift_check: bool,
+    ) -> Result<bool> {
+        self.status.current_update = Some(CurrentStackUpdate {
+            name: Some(update_name.to_string()),
+            generation: Some(self.generation),
+            reconcile_request: Some(self.request.clone()),
+            commit: Some(revision.to_string()),
+        });
+        if !drift_check {
+            mark_reconciling(
+                &mut self.status,
+                names::REASON_STACK_PROCESSING,
+                names::MESSAGE_STACK_BEING_PROCESSED,
+                self.generation,
+                &self.now,
+            );
+        }
+        self.save_guarded().await
+    }
+
+    /// Says that the operation started: an Event for a sync or an approved plan, a log line
+    /// for a drift check or a plan.
+    async fn announce(&mut self, purpose: &Purpose, update_name: &str, reason: String) {
+        if let Purpose::ApplyPlan(plan, by) = purpose {
             let note = match by {
                 approval::ApprovedBy::Person => {
                     format!("the plan {plan} was approved: applying it")
@@ -895,19 +951,18 @@ impl<'a> Pass<'a> {
             self.publish(EventType::Normal, approval::EVENT_PLAN_APPROVED, note)
                 .await;
         }
-        if drift_check.is_some() {
-            info!(update = %update_name, "drift check started");
-        } else if purpose == Purpose::Plan {
-            info!(update = %update_name, "saving a plan for approval");
-        } else {
-            self.publish(
-                EventType::Normal,
-                names::EVENT_STACK_UPDATE_DETECTED,
-                reason,
-            )
-            .await;
+        match purpose {
+            Purpose::DriftCheck(_) => info!(update = %update_name, "drift check started"),
+            Purpose::Plan => info!(update = %update_name, "saving a plan for approval"),
+            _ => {
+                self.publish(
+                    EventType::Normal,
+                    names::EVENT_STACK_UPDATE_DETECTED,
+                    reason,
+                )
+                .await
+            }
         }
-        Ok(Action::await_change())
     }
 
     /// The approval gate (`spec.approval`) in front of a due `up`: save a plan first (a
@@ -1436,57 +1491,7 @@ async fn start_update(
     mut update: Update,
 ) -> Result<()> {
     let ns = stack.namespace().unwrap_or_default();
-    let workspaces: Api<Workspace> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut ws_value = serde_json::to_value(workspace)?;
-    ws_value["apiVersion"] = "auto.pulumi.com/v1alpha1".into();
-    ws_value["kind"] = "Workspace".into();
-    let applied = workspaces
-        .patch(
-            &stack.name_any(),
-            &PatchParams::apply(names::FIELD_MANAGER).force(),
-            &Patch::Apply(&ws_value),
-        )
-        .await?;
-    // A source the Workspace no longer has (e.g. git, when a destroy runs from the recorded
-    // project) may still be owned by another manager: remove it.
-    let stale: serde_json::Map<String, serde_json::Value> = [
-        (
-            "git",
-            workspace.spec.git.is_none(),
-            applied.spec.git.is_some(),
-        ),
-        (
-            "flux",
-            workspace.spec.flux.is_none(),
-            applied.spec.flux.is_some(),
-        ),
-        (
-            "local",
-            workspace.spec.local.is_none(),
-            applied.spec.local.is_some(),
-        ),
-        (
-            "projectInfo",
-            workspace.spec.project_info.is_none(),
-            applied.spec.project_info.is_some(),
-        ),
-    ]
-    .into_iter()
-    .filter(|(_, unwanted, present)| *unwanted && *present)
-    .map(|(field, _, _)| (field.to_string(), serde_json::Value::Null))
-    .collect();
-    let applied = if stale.is_empty() {
-        applied
-    } else {
-        let patch = serde_json::json!({ "spec": stale });
-        workspaces
-            .patch(
-                &stack.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?
-    };
+    let applied = apply_workspace(ctx, &ns, &stack.name_any(), workspace).await?;
     // The Update controller must build the Job from this Workspace, not an older cached one.
     update
         .metadata
@@ -1509,6 +1514,59 @@ async fn start_update(
         Err(e) => return Err(e.into()),
     }
     Ok(())
+}
+
+/// Applies the Stack's Workspace (server-side apply) and returns it as stored.
+async fn apply_workspace(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    workspace: &Workspace,
+) -> Result<Workspace> {
+    let workspaces: Api<Workspace> = Api::namespaced(ctx.client.clone(), ns);
+    let mut ws_value = serde_json::to_value(workspace)?;
+    ws_value["apiVersion"] = "auto.pulumi.com/v1alpha1".into();
+    ws_value["kind"] = "Workspace".into();
+    let applied = workspaces
+        .patch(
+            name,
+            &PatchParams::apply(names::FIELD_MANAGER).force(),
+            &Patch::Apply(&ws_value),
+        )
+        .await?;
+    // A source the Workspace no longer has (e.g. git, when a destroy runs from the recorded
+    // project) may still be owned by another manager: remove it.
+    let stale = stale_sources(workspace, &applied);
+    if stale.is_empty() {
+        return Ok(applied);
+    }
+    let patch = serde_json::json!({ "spec": stale });
+    Ok(workspaces
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?)
+}
+
+/// The sources the stored Workspace still has but the wanted one does not, as null fields of
+/// a merge patch.
+fn stale_sources(
+    wanted: &Workspace,
+    applied: &Workspace,
+) -> serde_json::Map<String, serde_json::Value> {
+    let (w, a) = (&wanted.spec, &applied.spec);
+    [
+        ("git", w.git.is_none(), a.git.is_some()),
+        ("flux", w.flux.is_none(), a.flux.is_some()),
+        ("local", w.local.is_none(), a.local.is_some()),
+        (
+            "projectInfo",
+            w.project_info.is_none(),
+            a.project_info.is_some(),
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, unwanted, present)| *unwanted && *present)
+    .map(|(field, _, _)| (field.to_string(), serde_json::Value::Null))
+    .collect()
 }
 
 #[cfg(test)]

@@ -33,9 +33,8 @@ pub struct Reference {
 
 /// Every non-optional object the Workspace's pods need, sorted and without duplicates.
 pub fn required(ws: &Workspace) -> Vec<Reference> {
-    let mut out = BTreeSet::new();
     let spec = &ws.spec;
-    out.insert(Reference {
+    let mut out = BTreeSet::from([Reference {
         kind: Kind::ServiceAccount,
         name: spec
             .service_account_name
@@ -43,30 +42,42 @@ pub fn required(ws: &Workspace) -> Vec<Reference> {
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| pulumi_operator_api::names::DEFAULT_SERVICE_ACCOUNT.to_string()),
         key: None,
-    });
-    for e in spec.env.iter().flatten() {
-        let Some(from) = &e.value_from else { continue };
+    }]);
+    env_references(ws, &mut out);
+    volume_references(ws, &mut out);
+    out.into_iter().collect()
+}
+
+fn reference(kind: Kind, name: &str, key: Option<&str>) -> Reference {
+    Reference {
+        kind,
+        name: name.to_string(),
+        key: key.map(str::to_string),
+    }
+}
+
+/// The Secrets and ConfigMaps named by `env` (with their keys) and `envFrom`.
+fn env_references(ws: &Workspace, out: &mut BTreeSet<Reference>) {
+    let spec = &ws.spec;
+    for from in spec
+        .env
+        .iter()
+        .flatten()
+        .filter_map(|e| e.value_from.as_ref())
+    {
         if let Some(s) = from
             .secret_key_ref
             .as_ref()
             .filter(|s| s.optional != Some(true))
         {
-            out.insert(Reference {
-                kind: Kind::Secret,
-                name: s.name.clone(),
-                key: Some(s.key.clone()),
-            });
+            out.insert(reference(Kind::Secret, &s.name, Some(&s.key)));
         }
         if let Some(c) = from
             .config_map_key_ref
             .as_ref()
             .filter(|c| c.optional != Some(true))
         {
-            out.insert(Reference {
-                kind: Kind::ConfigMap,
-                name: c.name.clone(),
-                key: Some(c.key.clone()),
-            });
+            out.insert(reference(Kind::ConfigMap, &c.name, Some(&c.key)));
         }
     }
     for e in spec.env_from.iter().flatten() {
@@ -75,48 +86,40 @@ pub fn required(ws: &Workspace) -> Vec<Reference> {
             .as_ref()
             .filter(|c| c.optional != Some(true))
         {
-            out.insert(Reference {
-                kind: Kind::ConfigMap,
-                name: c.name.clone(),
-                key: None,
-            });
+            out.insert(reference(Kind::ConfigMap, &c.name, None));
         }
         if let Some(s) = e.secret_ref.as_ref().filter(|s| s.optional != Some(true)) {
-            out.insert(Reference {
-                kind: Kind::Secret,
-                name: s.name.clone(),
-                key: None,
-            });
+            out.insert(reference(Kind::Secret, &s.name, None));
         }
     }
-    let volumes = spec
+}
+
+/// The ConfigMaps and Secrets the pod template's volumes mount.
+fn volume_references(ws: &Workspace, out: &mut BTreeSet<Reference>) {
+    let volumes = ws
+        .spec
         .pod_template
         .as_ref()
         .and_then(|t| t.spec.as_ref())
         .and_then(|s| s.get("volumes"))
         .and_then(|v| v.as_array());
+    let optional = |o: &serde_json::Value| o.get("optional") == Some(&true.into());
     for v in volumes.into_iter().flatten() {
-        let optional = |o: &serde_json::Value| o.get("optional") == Some(&true.into());
-        if let Some(c) = v.get("configMap").filter(|c| !optional(c)) {
-            if let Some(name) = c.get("name").and_then(|n| n.as_str()) {
-                out.insert(Reference {
-                    kind: Kind::ConfigMap,
-                    name: name.to_string(),
-                    key: None,
-                });
-            }
+        let config_map = v.get("configMap").filter(|c| !optional(c));
+        if let Some(name) = config_map
+            .and_then(|c| c.get("name"))
+            .and_then(|n| n.as_str())
+        {
+            out.insert(reference(Kind::ConfigMap, name, None));
         }
-        if let Some(s) = v.get("secret").filter(|s| !optional(s)) {
-            if let Some(name) = s.get("secretName").and_then(|n| n.as_str()) {
-                out.insert(Reference {
-                    kind: Kind::Secret,
-                    name: name.to_string(),
-                    key: None,
-                });
-            }
+        let secret = v.get("secret").filter(|s| !optional(s));
+        if let Some(name) = secret
+            .and_then(|s| s.get("secretName"))
+            .and_then(|n| n.as_str())
+        {
+            out.insert(reference(Kind::Secret, name, None));
         }
     }
-    out.into_iter().collect()
 }
 
 /// What a missing reference means to the user.

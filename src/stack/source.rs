@@ -13,7 +13,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use pulumi_operator_api::names;
 use pulumi_operator_api::validation::{GitRevision, StackSource};
-use pulumi_operator_api::{Program, Stack};
+use pulumi_operator_api::{FluxSource, FluxSourceReference, GitSource, Program, Stack};
 use std::time::{Duration, Instant};
 
 /// A resolved source, or a branch head being read in the background.
@@ -125,122 +125,136 @@ async fn resolve_with(
 ) -> Result<Resolved, ResolveError> {
     let ns = stack.namespace().unwrap_or_default();
     match stack.spec.source() {
-        StackSource::Git(git) => {
-            let url = git.project_repo.clone().unwrap_or_default();
-            let dir = git.repo_dir.clone().filter(|d| !d.is_empty());
-            let refs = auth::auth_refs(git, &auth::github_api_url(stack));
-            // Read even for a pinned commit: a missing Secret must stall the Stack here, not
-            // leave its Job's pod waiting for a Secret that does not exist.
-            let credentials = auth::read_credentials(client, &ns, &refs).await?;
-            let commit = match git.revision() {
-                Some(GitRevision::Commit(c)) => c.to_string(),
-                Some(GitRevision::Branch(b)) => {
-                    let uid = stack.uid().unwrap_or_default();
-                    let need = need(stack, resync, |r| {
-                        Requests::shared().first_seen(&uid, r, Instant::now())
-                    });
-                    let waiter = Some((ns.clone(), stack.name_any()));
-                    match branch_head(
-                        poll::Poller::shared(),
-                        &url,
-                        b,
-                        credentials,
-                        need,
-                        waiter,
-                        metrics,
-                    ) {
-                        poll::Answer::Ready(r) => r.map_err(ResolveError::unavailable)?,
-                        poll::Answer::Pending => {
-                            return Ok(Resolved::Pending {
-                                message: format!(
-                                    "waiting for the head of branch {b:?} of {}",
-                                    pulumi_gitauth::redact::urls(&url)
-                                ),
-                            })
-                        }
-                    }
-                }
-                None => {
-                    return Err(ResolveError::unavailable(
-                        "missing \"commit\" or \"branch\"",
-                    ))
-                }
-            };
-            Ok(Resolved::Ready(ResolvedSource::Git {
-                url,
-                commit,
-                dir,
-                shallow: git.shallow,
-            }))
-        }
-        StackSource::Program(p) => {
-            let program = programs
-                .get(&ObjectRef::new(&p.name).within(&ns))
-                .ok_or_else(|| {
-                    ResolveError::unavailable(format!(
-                        "unable to retrieve program {:?} for stack",
-                        p.name
-                    ))
-                })?;
-            let rendered = render_project(&program.name_any(), program.spec.program.as_ref())
-                .map_err(|e| {
-                    ResolveError::unavailable(format!(
-                        "program {:?} cannot be rendered: {e}",
-                        p.name
-                    ))
-                })?;
-            Ok(Resolved::Ready(ResolvedSource::Program {
-                name: p.name.clone(),
-                digest: digest(&rendered),
-            }))
-        }
-        StackSource::Flux(flux) => {
-            let r = &flux.source_ref;
-            let (group, version) = match r.api_version.split_once('/') {
-                Some((g, v)) => (g.to_string(), v.to_string()),
-                None => (String::new(), r.api_version.clone()),
-            };
-            let gvk = GroupVersionKind::gvk(&group, &version, &r.kind);
-            let resource = ApiResource::from_gvk(&gvk);
-            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
-            let obj = match api.get_opt(&r.name).await {
-                Ok(Some(o)) => o,
-                Ok(None) => {
-                    return Err(ResolveError::unavailable(format!(
-                        "could not resolve sourceRef: {} {:?} not found",
-                        r.kind, r.name
-                    )))
-                }
-                Err(kube::Error::Api(e)) if e.code == 404 => {
-                    return Err(ResolveError::unavailable(format!(
-                    "could not resolve sourceRef: the kind {} ({}) is not installed in the cluster",
-                    r.kind, r.api_version
-                )))
-                }
-                Err(kube::Error::Api(e)) if e.code == 403 => {
-                    return Err(ResolveError::unavailable(format!(
-                        "could not resolve sourceRef: the operator may not read {} objects (group {group}); \
-                         grant its ClusterRole get, list and watch on them",
-                        r.kind
-                    )))
-                }
-                Err(e) => return Err(ResolveError::unavailable(format!("could not resolve sourceRef: {e}"))),
-            };
-            flux::source_seen();
-            let artifact = &obj.data["status"]["artifact"];
-            let (Some(url), Some(revision)) =
-                (artifact["url"].as_str(), artifact["revision"].as_str())
-            else {
-                return Err(ResolveError::unavailable("Flux source has no artifact"));
-            };
-            Ok(Resolved::Ready(ResolvedSource::Flux {
-                url: url.to_string(),
-                digest: artifact["digest"].as_str().unwrap_or_default().to_string(),
-                dir: flux.dir.clone().filter(|d| !d.is_empty()),
-                revision: revision.to_string(),
-            }))
-        }
+        StackSource::Git(git) => resolve_git(stack, git, client, metrics, resync).await,
+        StackSource::Program(p) => resolve_program(&p.name, &ns, programs),
+        StackSource::Flux(flux) => resolve_flux(flux, &ns, client).await,
         StackSource::None => Ok(Resolved::Ready(ResolvedSource::None)),
+    }
+}
+
+/// A git source: a pinned commit, or the head of a tracked branch from the shared poller.
+async fn resolve_git(
+    stack: &Stack,
+    git: &GitSource,
+    client: &Client,
+    metrics: Option<std::sync::Arc<Metrics>>,
+    resync: Duration,
+) -> Result<Resolved, ResolveError> {
+    let ns = stack.namespace().unwrap_or_default();
+    let url = git.project_repo.clone().unwrap_or_default();
+    let dir = git.repo_dir.clone().filter(|d| !d.is_empty());
+    let refs = auth::auth_refs(git, &auth::github_api_url(stack));
+    // Read even for a pinned commit: a missing Secret must stall the Stack here, not leave its
+    // Job's pod waiting for a Secret that does not exist.
+    let credentials = auth::read_credentials(client, &ns, &refs).await?;
+    let commit = match git.revision() {
+        Some(GitRevision::Commit(c)) => c.to_string(),
+        Some(GitRevision::Branch(b)) => {
+            let uid = stack.uid().unwrap_or_default();
+            let need = need(stack, resync, |r| {
+                Requests::shared().first_seen(&uid, r, Instant::now())
+            });
+            let waiter = Some((ns.clone(), stack.name_any()));
+            let poller = poll::Poller::shared();
+            match branch_head(poller, &url, b, credentials, need, waiter, metrics) {
+                poll::Answer::Ready(r) => r.map_err(ResolveError::unavailable)?,
+                poll::Answer::Pending => {
+                    return Ok(Resolved::Pending {
+                        message: format!(
+                            "waiting for the head of branch {b:?} of {}",
+                            pulumi_gitauth::redact::urls(&url)
+                        ),
+                    })
+                }
+            }
+        }
+        None => {
+            return Err(ResolveError::unavailable(
+                "missing \"commit\" or \"branch\"",
+            ))
+        }
+    };
+    Ok(Resolved::Ready(ResolvedSource::Git {
+        url,
+        commit,
+        dir,
+        shallow: git.shallow,
+    }))
+}
+
+/// A Program source: its rendered content's digest, from the cache.
+fn resolve_program(
+    name: &str,
+    ns: &str,
+    programs: &Store<Program>,
+) -> Result<Resolved, ResolveError> {
+    let program = programs
+        .get(&ObjectRef::new(name).within(ns))
+        .ok_or_else(|| {
+            ResolveError::unavailable(format!("unable to retrieve program {name:?} for stack"))
+        })?;
+    let rendered =
+        render_project(&program.name_any(), program.spec.program.as_ref()).map_err(|e| {
+            ResolveError::unavailable(format!("program {name:?} cannot be rendered: {e}"))
+        })?;
+    Ok(Resolved::Ready(ResolvedSource::Program {
+        name: name.to_string(),
+        digest: digest(&rendered),
+    }))
+}
+
+/// A Flux source: the artifact its status advertises.
+async fn resolve_flux(
+    flux: &FluxSource,
+    ns: &str,
+    client: &Client,
+) -> Result<Resolved, ResolveError> {
+    let obj = read_flux_source(&flux.source_ref, ns, client).await?;
+    flux::source_seen();
+    let artifact = &obj.data["status"]["artifact"];
+    let (Some(url), Some(revision)) = (artifact["url"].as_str(), artifact["revision"].as_str())
+    else {
+        return Err(ResolveError::unavailable("Flux source has no artifact"));
+    };
+    Ok(Resolved::Ready(ResolvedSource::Flux {
+        url: url.to_string(),
+        digest: artifact["digest"].as_str().unwrap_or_default().to_string(),
+        dir: flux.dir.clone().filter(|d| !d.is_empty()),
+        revision: revision.to_string(),
+    }))
+}
+
+/// The Flux source object a Stack names, with errors that say what to fix.
+async fn read_flux_source(
+    r: &FluxSourceReference,
+    ns: &str,
+    client: &Client,
+) -> Result<DynamicObject, ResolveError> {
+    let (group, version) = match r.api_version.split_once('/') {
+        Some((g, v)) => (g.to_string(), v.to_string()),
+        None => (String::new(), r.api_version.clone()),
+    };
+    let gvk = GroupVersionKind::gvk(&group, &version, &r.kind);
+    let resource = ApiResource::from_gvk(&gvk);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    match api.get_opt(&r.name).await {
+        Ok(Some(o)) => Ok(o),
+        Ok(None) => Err(ResolveError::unavailable(format!(
+            "could not resolve sourceRef: {} {:?} not found",
+            r.kind, r.name
+        ))),
+        Err(kube::Error::Api(e)) if e.code == 404 => Err(ResolveError::unavailable(format!(
+            "could not resolve sourceRef: the kind {} ({}) is not installed in the cluster",
+            r.kind, r.api_version
+        ))),
+        Err(kube::Error::Api(e)) if e.code == 403 => Err(ResolveError::unavailable(format!(
+            "could not resolve sourceRef: the operator may not read {} objects (group {group}); \
+             grant its ClusterRole get, list and watch on them",
+            r.kind
+        ))),
+        Err(e) => Err(ResolveError::unavailable(format!(
+            "could not resolve sourceRef: {e}"
+        ))),
     }
 }
 
