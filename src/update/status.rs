@@ -191,108 +191,14 @@ pub fn progress(job: Option<&Job>, pods: &[&Pod], now: jiff::Timestamp) -> Progr
         .zip(&outcomes)
         .find(|(p, o)| matches!(o, Progress::Running { .. }) && pod_busy(p))
         .map(|(p, _)| *p);
-    // Kubernetes 1.31+ sets `FailureTarget` (same reason) as soon as it decides a Job fails,
-    // and `Failed` only once its pods have stopped: the reason is known from the first.
-    let job_failed = job
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| {
-            let is = |t: &str| c.iter().find(|c| c.type_ == t && c.status == "True");
-            is("Failed").or_else(|| is("FailureTarget"))
-        });
-    let job_outcome = job_failed.map(|c| {
-        let reason = c.reason.clone().unwrap_or_else(|| "JobFailed".into());
-        let message = match reason.as_str() {
-            "DeadlineExceeded" => deadline_message(job),
-            _ => c
-                .message
-                .clone()
-                .unwrap_or_else(|| format!("the Job failed: {reason}")),
-        };
-        Progress::Failed {
-            reason,
-            message,
-            result: None,
-            end: c.last_transition_time.clone(),
-        }
-    });
+    let job_outcome = job_failure(job);
     let first_finished = outcomes
         .iter()
         .find(|o| !matches!(o, Progress::Running { .. }));
-    // A Job that completed while its pod is gone (deleted, node lost) took the runner's
-    // result with it: say so, so that the Stack runs the operation again.
-    let job_complete = job
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| {
-            c.iter()
-                .any(|c| c.type_ == "Complete" && c.status == "True")
-        });
-    let result_lost = (job_complete && pods.is_empty()).then(|| Progress::Failed {
-        reason: names::UPDATE_REASON_UNKNOWN.into(),
-        message: "the Job completed but its pod is gone, so the operation's result is unknown; the stack runs it again"
-            .into(),
-        result: None,
-        end: None,
-    });
-    // The Job controller stops the pods of a Job past its deadline, and its verdict may come
-    // after the pod's own result or name another cause: when a stopped pod is counted as
-    // failed before the deadline is looked at, it says BackoffLimitExceeded (seen on 1.37).
-    // An operation interrupted (or ended) once its deadline had passed was stopped by it.
-    let deadline_at = job
-        .spec
-        .as_ref()
-        .and_then(|s| s.active_deadline_seconds)
-        .zip(job.status.as_ref().and_then(|s| s.start_time.as_ref()))
-        .map(|(secs, start)| start.0.as_second().saturating_add(secs));
-    let stopped_by_deadline = deadline_at.is_some_and(|at| {
-        now.as_second() >= at
-            && !job_complete
-            && first_finished.is_some_and(|o| match o {
-                Progress::Failed { result, end, .. } => {
-                    result.as_ref().and_then(|r| r.reason)
-                        == Some(pulumi_operator_api::plan::FailureReason::Interrupted)
-                        || end.as_ref().is_some_and(|e| e.0.as_second() >= at)
-                }
-                _ => false,
-            })
-    });
-    let deadline = job_outcome
-        .clone()
-        .filter(|o| matches!(o, Progress::Failed { reason, .. } if reason == "DeadlineExceeded"))
-        .or_else(|| {
-            stopped_by_deadline.then(|| Progress::Failed {
-                reason: "DeadlineExceeded".into(),
-                message: deadline_message(job),
-                result: None,
-                end: first_finished.and_then(|o| match o {
-                    Progress::Failed { end, .. } => end.clone(),
-                    _ => None,
-                }),
-            })
-        });
-    // A Job the operator stopped (parallelism 0: its Update was deleted, or its pod was being
-    // deleted or had failed) runs nothing any more once it has no pod left, and Kubernetes may
-    // never call it failed: without this the Update waited out the start patience (10 min).
-    // The Job controller's own count must agree, so that no pod the cache has not seen yet
-    // can still be running when the Stack starts the next attempt.
-    let stopped_and_empty = job.spec.as_ref().and_then(|s| s.parallelism) == Some(0)
-        && !job_complete
-        && busy.is_none()
-        && job
-            .status
-            .as_ref()
-            .is_none_or(|s| s.active.unwrap_or(0) == 0 && s.terminating.unwrap_or(0) == 0);
-    let stopped = stopped_and_empty.then(|| Progress::Failed {
-        reason: names::UPDATE_REASON_ABORTED.into(),
-        message: "the operation was stopped before it finished (its pod or its Update was \
-                  deleted); the stack runs it again"
-            .into(),
-        result: None,
-        end: None,
-    });
+    let complete = job_complete(job);
+    let deadline = deadline_outcome(job, job_outcome.as_ref(), first_finished, complete, now);
+    let result_lost = (complete && pods.is_empty()).then(lost_result);
+    let stopped = stopped_outcome(job, complete, busy.is_some());
     let outcome = deadline
         .as_ref()
         .or(first_finished)
@@ -311,6 +217,127 @@ pub fn progress(job: Option<&Job>, pods: &[&Pod], now: jiff::Timestamp) -> Progr
             message: RUNNING_MESSAGE.into(),
         }),
     }
+}
+
+/// The Job's own verdict of failure, if it has one. Kubernetes 1.31+ sets `FailureTarget`
+/// (same reason) as soon as it decides a Job fails, and `Failed` only once its pods have
+/// stopped: the reason is known from the first.
+fn job_failure(job: &Job) -> Option<Progress> {
+    let failed = job
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| {
+            let is = |t: &str| c.iter().find(|c| c.type_ == t && c.status == "True");
+            is("Failed").or_else(|| is("FailureTarget"))
+        })?;
+    let reason = failed.reason.clone().unwrap_or_else(|| "JobFailed".into());
+    let message = match reason.as_str() {
+        "DeadlineExceeded" => deadline_message(job),
+        _ => failed
+            .message
+            .clone()
+            .unwrap_or_else(|| format!("the Job failed: {reason}")),
+    };
+    Some(Progress::Failed {
+        reason,
+        message,
+        result: None,
+        end: failed.last_transition_time.clone(),
+    })
+}
+
+/// Whether the Job is `Complete`.
+fn job_complete(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == "Complete" && c.status == "True")
+        })
+}
+
+/// A Job that completed while its pod is gone (deleted, node lost) took the runner's result
+/// with it: say so, so that the Stack runs the operation again.
+fn lost_result() -> Progress {
+    Progress::Failed {
+        reason: names::UPDATE_REASON_UNKNOWN.into(),
+        message: "the Job completed but its pod is gone, so the operation's result is unknown; the stack runs it again"
+            .into(),
+        result: None,
+        end: None,
+    }
+}
+
+/// The operation's end by its deadline, if that is what ended it. The Job controller stops
+/// the pods of a Job past its deadline, and its verdict may come after the pod's own result or
+/// name another cause: when a stopped pod is counted as failed before the deadline is looked
+/// at, it says BackoffLimitExceeded (seen on 1.37). An operation interrupted (or ended) once
+/// its deadline had passed was stopped by it.
+fn deadline_outcome(
+    job: &Job,
+    job_outcome: Option<&Progress>,
+    first_finished: Option<&Progress>,
+    job_complete: bool,
+    now: jiff::Timestamp,
+) -> Option<Progress> {
+    let deadline_at = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.active_deadline_seconds)
+        .zip(job.status.as_ref().and_then(|s| s.start_time.as_ref()))
+        .map(|(secs, start)| start.0.as_second().saturating_add(secs));
+    let stopped_by_deadline = deadline_at.is_some_and(|at| {
+        now.as_second() >= at
+            && !job_complete
+            && first_finished.is_some_and(|o| match o {
+                Progress::Failed { result, end, .. } => {
+                    result.as_ref().and_then(|r| r.reason)
+                        == Some(pulumi_operator_api::plan::FailureReason::Interrupted)
+                        || end.as_ref().is_some_and(|e| e.0.as_second() >= at)
+                }
+                _ => false,
+            })
+    });
+    job_outcome
+        .cloned()
+        .filter(|o| matches!(o, Progress::Failed { reason, .. } if reason == "DeadlineExceeded"))
+        .or_else(|| {
+            stopped_by_deadline.then(|| Progress::Failed {
+                reason: "DeadlineExceeded".into(),
+                message: deadline_message(job),
+                result: None,
+                end: first_finished.and_then(|o| match o {
+                    Progress::Failed { end, .. } => end.clone(),
+                    _ => None,
+                }),
+            })
+        })
+}
+
+/// The end of a Job the operator stopped, once it runs nothing any more. A Job stopped with
+/// parallelism 0 (its Update was deleted, or its pod was being deleted or had failed) runs
+/// nothing once it has no pod left, and Kubernetes may never call it failed: without this the
+/// Update waited out the start patience (10 min). The Job controller's own count must agree,
+/// so that no pod the cache has not seen yet can still be running when the Stack starts the
+/// next attempt.
+fn stopped_outcome(job: &Job, job_complete: bool, a_pod_busy: bool) -> Option<Progress> {
+    let stopped_and_empty = job.spec.as_ref().and_then(|s| s.parallelism) == Some(0)
+        && !job_complete
+        && !a_pod_busy
+        && job
+            .status
+            .as_ref()
+            .is_none_or(|s| s.active.unwrap_or(0) == 0 && s.terminating.unwrap_or(0) == 0);
+    stopped_and_empty.then(|| Progress::Failed {
+        reason: names::UPDATE_REASON_ABORTED.into(),
+        message: "the operation was stopped before it finished (its pod or its Update was \
+                  deleted); the stack runs it again"
+            .into(),
+        result: None,
+        end: None,
+    })
 }
 
 /// Whether a Job has ended (`Complete` or `Failed`).
@@ -621,72 +648,10 @@ pub fn status_for(
         ..Default::default()
     };
     let conditions = match progress {
-        // Only Progressing says what the operation is doing (the scheduler's reason, say);
-        // repeated in the other two it tripled every status write and cached Update.
-        Progress::Running { message } => vec![
-            cond(
-                names::CONDITION_PROGRESSING,
-                true,
-                names::UPDATE_REASON_PROGRESSING,
-                message,
-                generation,
-                now,
-            ),
-            cond(
-                names::CONDITION_FAILED,
-                false,
-                names::UPDATE_REASON_PROGRESSING,
-                NOT_ENDED_MESSAGE,
-                generation,
-                now,
-            ),
-            cond(
-                names::CONDITION_COMPLETE,
-                false,
-                names::UPDATE_REASON_PROGRESSING,
-                NOT_ENDED_MESSAGE,
-                generation,
-                now,
-            ),
-        ],
+        Progress::Running { message } => running_conditions(message),
         Progress::Succeeded { result, end } => {
-            st.end_time = end.clone().or_else(|| Some(now.clone()));
-            st.permalink = result.permalink.clone();
-            st.outputs = result.outputs.clone();
-            st.project_info = result.project.clone();
-            (st.changed, st.changes) = reported_changes(result);
-            st.change_counts = reported_counts(result);
-            st.message = Some(if result.message.is_empty() {
-                "succeeded".into()
-            } else {
-                result.message.clone()
-            });
-            vec![
-                cond(
-                    names::CONDITION_PROGRESSING,
-                    false,
-                    names::UPDATE_REASON_COMPLETE,
-                    "the operation finished",
-                    generation,
-                    now,
-                ),
-                cond(
-                    names::CONDITION_FAILED,
-                    false,
-                    names::UPDATE_REASON_UPDATE_SUCCEEDED,
-                    "the operation succeeded",
-                    generation,
-                    now,
-                ),
-                cond(
-                    names::CONDITION_COMPLETE,
-                    true,
-                    names::UPDATE_REASON_UPDATED,
-                    "the operation succeeded",
-                    generation,
-                    now,
-                ),
-            ]
+            record_success(&mut st, result, end, now);
+            SUCCEEDED_CONDITIONS
         }
         Progress::Failed {
             reason,
@@ -694,59 +659,119 @@ pub fn status_for(
             result,
             end,
         } => {
-            st.end_time = end.clone().or_else(|| Some(now.clone()));
-            st.message = Some(message.clone());
-            if let Some(r) = result {
-                st.permalink = r.permalink.clone();
-                st.project_info = r.project.clone();
-            }
-            vec![
-                cond(
-                    names::CONDITION_PROGRESSING,
-                    false,
-                    names::UPDATE_REASON_COMPLETE,
-                    "the operation finished",
-                    generation,
-                    now,
-                ),
-                cond(
-                    names::CONDITION_FAILED,
-                    true,
-                    reason,
-                    message,
-                    generation,
-                    now,
-                ),
-                cond(
-                    names::CONDITION_COMPLETE,
-                    true,
-                    names::UPDATE_REASON_UPDATED,
-                    "the operation failed",
-                    generation,
-                    now,
-                ),
-            ]
+            record_failure(&mut st, message, result.as_ref(), end, now);
+            failed_conditions(reason, message)
         }
     };
-    let old_conditions = old.conditions.unwrap_or_default();
-    st.conditions = Some(
-        conditions
-            .into_iter()
-            .map(|c| {
-                match old_conditions
-                    .iter()
-                    .find(|o| o.type_ == c.type_ && o.status == c.status)
-                {
-                    Some(o) => Condition {
-                        last_transition_time: o.last_transition_time.clone(),
-                        ..c
-                    },
-                    None => c,
-                }
-            })
-            .collect(),
-    );
+    let conditions = [
+        names::CONDITION_PROGRESSING,
+        names::CONDITION_FAILED,
+        names::CONDITION_COMPLETE,
+    ]
+    .into_iter()
+    .zip(conditions)
+    .map(|(kind, (ok, reason, message))| cond(kind, ok, reason, message, generation, now));
+    st.conditions = Some(keep_transition_times(
+        conditions,
+        &old.conditions.unwrap_or_default(),
+    ));
     st
+}
+
+/// The Progressing, Failed and Complete conditions of an Update, in this order, each as
+/// (status, reason, message).
+type Conditions<'a> = [(bool, &'a str, &'a str); 3];
+
+/// Only Progressing says what the operation is doing (the scheduler's reason, say); repeated
+/// in the other two it tripled every status write and cached Update.
+fn running_conditions(message: &str) -> Conditions<'_> {
+    [
+        (true, names::UPDATE_REASON_PROGRESSING, message),
+        (false, names::UPDATE_REASON_PROGRESSING, NOT_ENDED_MESSAGE),
+        (false, names::UPDATE_REASON_PROGRESSING, NOT_ENDED_MESSAGE),
+    ]
+}
+
+const SUCCEEDED_CONDITIONS: Conditions<'static> = [
+    (
+        false,
+        names::UPDATE_REASON_COMPLETE,
+        "the operation finished",
+    ),
+    (
+        false,
+        names::UPDATE_REASON_UPDATE_SUCCEEDED,
+        "the operation succeeded",
+    ),
+    (
+        true,
+        names::UPDATE_REASON_UPDATED,
+        "the operation succeeded",
+    ),
+];
+
+fn failed_conditions<'a>(reason: &'a str, message: &'a str) -> Conditions<'a> {
+    [
+        (
+            false,
+            names::UPDATE_REASON_COMPLETE,
+            "the operation finished",
+        ),
+        (true, reason, message),
+        (true, names::UPDATE_REASON_UPDATED, "the operation failed"),
+    ]
+}
+
+/// What a successful operation reported, into the status.
+fn record_success(st: &mut UpdateStatus, result: &RunResult, end: &Option<Time>, now: &Time) {
+    st.end_time = end.clone().or_else(|| Some(now.clone()));
+    st.permalink = result.permalink.clone();
+    st.outputs = result.outputs.clone();
+    st.project_info = result.project.clone();
+    (st.changed, st.changes) = reported_changes(result);
+    st.change_counts = reported_counts(result);
+    st.message = Some(if result.message.is_empty() {
+        "succeeded".into()
+    } else {
+        result.message.clone()
+    });
+}
+
+/// What a failed operation reported, into the status.
+fn record_failure(
+    st: &mut UpdateStatus,
+    message: &str,
+    result: Option<&RunResult>,
+    end: &Option<Time>,
+    now: &Time,
+) {
+    st.end_time = end.clone().or_else(|| Some(now.clone()));
+    st.message = Some(message.to_string());
+    if let Some(r) = result {
+        st.permalink = r.permalink.clone();
+        st.project_info = r.project.clone();
+    }
+}
+
+/// The conditions, each with the transition time of the old condition of its type and status.
+fn keep_transition_times(
+    conditions: impl Iterator<Item = Condition>,
+    old: &[Condition],
+) -> Vec<Condition> {
+    conditions
+        .map(|c| {
+            match old
+                .iter()
+                .find(|o| o.type_ == c.type_ && o.status == c.status)
+            {
+                Some(o) => Condition {
+                    last_transition_time: o.last_transition_time.clone(),
+                    ..c
+                },
+                None => c,
+            }
+        })
+        .collect()
 }
 
 /// Whether an Update has finished (`Complete=True`).
