@@ -91,69 +91,12 @@ pub fn operation_pending(stack: Option<&Stack>) -> bool {
 
 pub fn desired_status(ws: &Workspace, observed: &Observed, now: &Time) -> WorkspaceStatus {
     let old = ws.status.clone().unwrap_or_default();
-    let name = ws.name_any();
-    let pod = pod_name(&name);
-    let (ok, reason, message, address) = match observed {
-        Observed::Template => (
-            true,
-            names::WS_REASON_SUCCEEDED,
-            "ready: each operation runs as a Job built from this workspace".to_string(),
-            None,
-        ),
-        Observed::Retained {
-            problem: Some(p), ..
-        } => (
-            false,
-            names::WS_REASON_INITIALIZATION_FAILED,
-            p.clone(),
-            None,
-        ),
-        Observed::Retained {
-            cache_bound,
-            rolled_out,
-            ready,
-            problem: None,
-        } => {
-            let address = cache_bound.then(|| pod.clone());
-            if !cache_bound {
-                (
-                    false,
-                    names::WS_REASON_WAITING_FOR_REPLICAS,
-                    format!(
-                        "waiting for the cache volume claim {} to be bound (workspaceReclaimPolicy Retain \
-                         needs a default StorageClass)",
-                        cache_claim_name(&name)
-                    ),
-                    address,
-                )
-            } else if !rolled_out {
-                (
-                    false,
-                    names::WS_REASON_ROLLING_UPDATE,
-                    "Waiting for the statefulset to be updated".to_string(),
-                    address,
-                )
-            } else if !ready {
-                (
-                    false,
-                    names::WS_REASON_WAITING_FOR_REPLICAS,
-                    format!(
-                        "Waiting for the workspace pod to be available (kubectl logs {pod} -c pulumi)"
-                    ),
-                    address,
-                )
-            } else {
-                (
-                    true,
-                    names::WS_REASON_SUCCEEDED,
-                    format!(
-                        "the retained workspace pod {pod} is ready: kubectl exec -it {pod} -c pulumi -- sh"
-                    ),
-                    address,
-                )
-            }
-        }
-    };
+    let Readiness {
+        ok,
+        reason,
+        message,
+        address,
+    } = readiness(&ws.name_any(), observed);
     let status = if ok {
         names::STATUS_TRUE
     } else {
@@ -177,6 +120,83 @@ pub fn desired_status(ws: &Workspace, observed: &Observed, now: &Time) -> Worksp
             observed_generation: ws.metadata.generation,
         }]),
         ..old
+    }
+}
+
+/// The Workspace's `Ready` condition and `status.address`, from what was observed.
+struct Readiness {
+    ok: bool,
+    reason: &'static str,
+    message: String,
+    address: Option<String>,
+}
+
+fn readiness(name: &str, observed: &Observed) -> Readiness {
+    match observed {
+        Observed::Template => Readiness {
+            ok: true,
+            reason: names::WS_REASON_SUCCEEDED,
+            message: "ready: each operation runs as a Job built from this workspace".to_string(),
+            address: None,
+        },
+        Observed::Retained {
+            problem: Some(p), ..
+        } => Readiness {
+            ok: false,
+            reason: names::WS_REASON_INITIALIZATION_FAILED,
+            message: p.clone(),
+            address: None,
+        },
+        Observed::Retained {
+            cache_bound,
+            rolled_out,
+            ready,
+            problem: None,
+        } => retained_readiness(name, *cache_bound, *rolled_out, *ready),
+    }
+}
+
+/// A retained workspace is ready once its cache claim is bound (then Jobs mount the cache: the
+/// address is set), the StatefulSet has rolled out and its pod is ready.
+fn retained_readiness(name: &str, cache_bound: bool, rolled_out: bool, ready: bool) -> Readiness {
+    let pod = pod_name(name);
+    let address = cache_bound.then(|| pod.clone());
+    let (ok, reason, message) = if !cache_bound {
+        (
+            false,
+            names::WS_REASON_WAITING_FOR_REPLICAS,
+            format!(
+                "waiting for the cache volume claim {} to be bound (workspaceReclaimPolicy Retain \
+                 needs a default StorageClass)",
+                cache_claim_name(name)
+            ),
+        )
+    } else if !rolled_out {
+        (
+            false,
+            names::WS_REASON_ROLLING_UPDATE,
+            "Waiting for the statefulset to be updated".to_string(),
+        )
+    } else if !ready {
+        (
+            false,
+            names::WS_REASON_WAITING_FOR_REPLICAS,
+            format!("Waiting for the workspace pod to be available (kubectl logs {pod} -c pulumi)"),
+        )
+    } else {
+        (
+            true,
+            names::WS_REASON_SUCCEEDED,
+            format!(
+                "the retained workspace pod {pod} is ready: kubectl exec -it {pod} -c pulumi -- sh"
+            ),
+        )
+    };
+    Readiness {
+        ok,
+        reason,
+        message,
+        address,
     }
 }
 
