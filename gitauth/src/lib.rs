@@ -79,13 +79,6 @@ pub enum SessionError {
     GitHubApp(String),
 }
 
-/// For callers that carry errors as text: the message, unchanged.
-impl From<SessionError> for String {
-    fn from(e: SessionError) -> String {
-        e.to_string()
-    }
-}
-
 /// Resolved git credentials (the values, not references to them).
 #[derive(Clone, PartialEq, Eq, Default)]
 pub enum Credentials {

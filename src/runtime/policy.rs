@@ -34,9 +34,14 @@ fn service_account(pod_spec: &Value) -> &str {
         .unwrap_or("default")
 }
 
+/// What the administrator's limits refuse, and who can allow it: the message a user sees.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotAllowed(pub String);
+
 /// Whether an operation may run in `namespace` with `pod_spec` (the final one, the user's
 /// template merged in). The error says what is refused and who can allow it.
-pub fn check_pod(namespace: &str, pod_spec: &Value, policy: &Policy) -> Result<(), String> {
+pub fn check_pod(namespace: &str, pod_spec: &Value, policy: &Policy) -> Result<(), NotAllowed> {
     let account = service_account(pod_spec);
     if namespace == policy.operator_namespace && !policy.allow_operator_namespace {
         let what = if account == policy.operator_service_account {
@@ -47,10 +52,10 @@ pub fn check_pod(namespace: &str, pod_spec: &Value, policy: &Policy) -> Result<(
         } else {
             format!("operations may not run in the operator's namespace {namespace:?}")
         };
-        return Err(format!(
+        return Err(NotAllowed(format!(
             "{what}; create the Stack in another namespace (the operator's administrator can \
              allow it with ALLOW_OPERATOR_NAMESPACE=true)"
-        ));
+        )));
     }
     if !policy.allowed_service_accounts.is_empty()
         && !policy
@@ -58,11 +63,11 @@ pub fn check_pod(namespace: &str, pod_spec: &Value, policy: &Policy) -> Result<(
             .iter()
             .any(|a| a == account || *a == format!("{namespace}/{account}"))
     {
-        return Err(format!(
+        return Err(NotAllowed(format!(
             "ServiceAccount {account:?} is not one the operator's administrator allows \
              (ALLOWED_SERVICE_ACCOUNTS={})",
             policy.allowed_service_accounts.join(",")
-        ));
+        )));
     }
     let set: Vec<&str> = policy
         .denied_pod_fields
@@ -75,11 +80,11 @@ pub fn check_pod(namespace: &str, pod_spec: &Value, policy: &Policy) -> Result<(
         })
         .collect();
     if !set.is_empty() {
-        return Err(format!(
+        return Err(NotAllowed(format!(
             "the pod template sets {} which the operator's administrator does not allow \
              (DENIED_POD_FIELDS)",
             set.join(", ")
-        ));
+        )));
     }
     Ok(())
 }
@@ -87,21 +92,23 @@ pub fn check_pod(namespace: &str, pod_spec: &Value, policy: &Policy) -> Result<(
 /// Whether the operator may call `url` as a GitHub API for a tenant: https (unless allowed),
 /// and a host the administrator listed. Anything else would let a Stack make the operator
 /// send signed credentials to a place of the tenant's choosing, from the operator's network.
-pub fn check_github_api_url(url: &str, policy: &Policy) -> Result<(), String> {
-    let parsed =
-        reqwest::Url::parse(url).map_err(|e| format!("invalid GitHub API URL {url:?}: {e}"))?;
+pub fn check_github_api_url(url: &str, policy: &Policy) -> Result<(), NotAllowed> {
+    let parsed = reqwest::Url::parse(url)
+        .map_err(|e| NotAllowed(format!("invalid GitHub API URL {url:?}: {e}")))?;
     match parsed.scheme() {
         "https" => {}
         "http" if policy.allow_insecure_github_api => {}
         other => {
-            return Err(format!(
+            return Err(NotAllowed(format!(
                 "GitHub API URL {url:?} must use https, not {other} (the operator's \
                  administrator can allow http with ALLOW_INSECURE_GITHUB_API=true)"
-            ))
+            )))
         }
     }
     if !parsed.username().is_empty() || parsed.password().is_some() {
-        return Err("a GitHub API URL may not hold credentials".into());
+        return Err(NotAllowed(
+            "a GitHub API URL may not hold credentials".into(),
+        ));
     }
     let host = pulumi_gitauth::authority_of(url).unwrap_or_default();
     let bare = parsed.host_str().unwrap_or_default().to_ascii_lowercase();
@@ -112,11 +119,11 @@ pub fn check_github_api_url(url: &str, policy: &Policy) -> Result<(), String> {
     {
         Ok(())
     } else {
-        Err(format!(
+        Err(NotAllowed(format!(
             "GitHub API host {host:?} is not one the operator may call (GITHUB_API_HOSTS={}); \
              ask the operator's administrator to add it",
             policy.github_api_hosts.join(",")
-        ))
+        )))
     }
 }
 
@@ -138,7 +145,9 @@ mod tests {
     fn the_operator_namespace_and_identity_are_not_lent() {
         let p = policy();
         let own = json!({"serviceAccountName": "pulumi-operator"});
-        let e = check_pod("pulumi-operator", &own, &p).unwrap_err();
+        let e = check_pod("pulumi-operator", &own, &p)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("operator's ServiceAccount"), "{e}");
         assert!(e.contains("ALLOW_OPERATOR_NAMESPACE"), "{e}");
         // The deprecated alias is the same thing.
@@ -163,10 +172,12 @@ mod tests {
         };
         assert!(check_pod("a", &json!({"serviceAccountName": "pulumi"}), &p).is_ok());
         assert!(check_pod("team-b", &json!({"serviceAccountName": "deployer"}), &p).is_ok());
-        let e = check_pod("a", &json!({"serviceAccountName": "deployer"}), &p).unwrap_err();
+        let e = check_pod("a", &json!({"serviceAccountName": "deployer"}), &p)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("ALLOWED_SERVICE_ACCOUNTS"), "{e}");
         let host = json!({"serviceAccountName": "pulumi", "hostNetwork": true, "hostPID": true});
-        let e = check_pod("a", &host, &p).unwrap_err();
+        let e = check_pod("a", &host, &p).unwrap_err().to_string();
         assert!(e.contains("hostNetwork, hostPID"), "{e}");
         let off = json!({"serviceAccountName": "pulumi", "hostNetwork": false});
         assert!(check_pod("a", &off, &p).is_ok());
@@ -186,7 +197,7 @@ mod tests {
             ("file:///etc/passwd", "https"),
             ("not a url", "invalid"),
         ] {
-            let e = check_github_api_url(bad, &p).unwrap_err();
+            let e = check_github_api_url(bad, &p).unwrap_err().to_string();
             assert!(e.contains(why), "{bad}: {e}");
         }
         let insecure = Policy {

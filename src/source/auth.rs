@@ -175,12 +175,24 @@ pub fn secret_names(refs: &AuthRefs) -> Vec<String> {
 /// Secret contents by name; an absent name is a Secret that does not exist.
 pub type SecretData = BTreeMap<String, BTreeMap<String, Vec<u8>>>;
 
-fn text(name: &str, key: &str, bytes: &[u8]) -> Result<String, String> {
-    String::from_utf8(bytes.to_vec())
-        .map_err(|_| format!("the key {key:?} of Secret {name:?} is not UTF-8 text"))
+/// Git credentials that cannot be read from their Secrets: the message names the field, the
+/// Secret and the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CredentialsError(pub String);
+
+impl From<String> for CredentialsError {
+    fn from(message: String) -> CredentialsError {
+        CredentialsError(message)
+    }
 }
 
-fn value(secrets: &SecretData, k: &SecretKey) -> Result<String, String> {
+fn text(name: &str, key: &str, bytes: &[u8]) -> Result<String, CredentialsError> {
+    String::from_utf8(bytes.to_vec())
+        .map_err(|_| format!("the key {key:?} of Secret {name:?} is not UTF-8 text").into())
+}
+
+fn value(secrets: &SecretData, k: &SecretKey) -> Result<String, CredentialsError> {
     let data = secrets
         .get(&k.name)
         .ok_or_else(|| format!("{}: Secret {:?} not found", k.field, k.name))?;
@@ -190,7 +202,11 @@ fn value(secrets: &SecretData, k: &SecretKey) -> Result<String, String> {
     text(&k.name, &k.key, bytes)
 }
 
-fn optional(secrets: &SecretData, name: &str, key: &str) -> Result<Option<String>, String> {
+fn optional(
+    secrets: &SecretData,
+    name: &str,
+    key: &str,
+) -> Result<Option<String>, CredentialsError> {
     match secrets.get(name).and_then(|d| d.get(key)) {
         Some(bytes) => Ok(Some(text(name, key, bytes)?).filter(|v| !v.trim().is_empty())),
         None => Ok(None),
@@ -199,7 +215,10 @@ fn optional(secrets: &SecretData, name: &str, key: &str) -> Result<Option<String
 
 /// The credentials `refs` name, from the Secrets' contents. The error (an invalid spec) names
 /// the field, the Secret and the key, never a value.
-pub fn credentials_from(refs: &AuthRefs, secrets: &SecretData) -> Result<Credentials, String> {
+pub fn credentials_from(
+    refs: &AuthRefs,
+    secrets: &SecretData,
+) -> Result<Credentials, CredentialsError> {
     Ok(match refs {
         AuthRefs::None => Credentials::None,
         AuthRefs::Legacy(name) => {
@@ -234,7 +253,8 @@ pub fn credentials_from(refs: &AuthRefs, secrets: &SecretData) -> Result<Credent
                     } else {
                         keys.join(", ")
                     }
-                ));
+                )
+                .into());
             }
         }
         AuthRefs::Ssh { key, passphrase } => Credentials::Ssh {
@@ -330,7 +350,7 @@ pub async fn read_credentials(
             secrets.insert(name, data);
         }
     }
-    credentials_from(refs, &secrets).map_err(ResolveError::spec_invalid)
+    credentials_from(refs, &secrets).map_err(|e| ResolveError::spec_invalid(e.0))
 }
 
 fn selector(name: &str, key: &str, optional: bool) -> SecretKeySelector {
@@ -401,12 +421,13 @@ fn uses_github_app(stack: &Stack) -> bool {
 pub fn github_api_policy(
     stack: &Stack,
     policy: &crate::runtime::policy::Policy,
-) -> Result<(), String> {
+) -> Result<(), crate::runtime::policy::NotAllowed> {
     if !uses_github_app(stack) {
         return Ok(());
     }
-    crate::runtime::policy::check_github_api_url(&github_api_url(stack), policy)
-        .map_err(|e| format!("annotation {GITHUB_API_URL_ANNOTATION}: {e}"))
+    crate::runtime::policy::check_github_api_url(&github_api_url(stack), policy).map_err(|e| {
+        crate::runtime::policy::NotAllowed(format!("annotation {GITHUB_API_URL_ANNOTATION}: {e}"))
+    })
 }
 
 /// The Workspace annotation recording a non-default GitHub API URL for a Stack that uses a
@@ -500,11 +521,13 @@ mod tests {
                 known_hosts: Some("h ssh-ed25519 A".into())
             }
         );
-        let e = creds(&[("username", "u")]).unwrap_err();
+        let e = creds(&[("username", "u")]).unwrap_err().to_string();
         assert!(e.contains("no key \"password\""), "{e}");
-        let e = creds(&[("other", "x")]).unwrap_err();
+        let e = creds(&[("other", "x")]).unwrap_err().to_string();
         assert!(e.contains("none of the keys") && e.contains("other"), "{e}");
-        let e = credentials_from(&refs, &SecretData::new()).unwrap_err();
+        let e = credentials_from(&refs, &SecretData::new())
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "spec.gitAuthSecret: Secret \"g\" not found");
     }
 
@@ -517,13 +540,16 @@ mod tests {
             "u",
         );
         assert_eq!(secret_names(&refs), ["b", "c"]);
-        let e = credentials_from(&refs, &data(&[("b", &[("user", "alice")])])).unwrap_err();
+        let e = credentials_from(&refs, &data(&[("b", &[("user", "alice")])]))
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "spec.gitAuth.basicAuth.password: Secret \"c\" not found");
         let e = credentials_from(
             &refs,
             &data(&[("b", &[("user", "alice")]), ("c", &[("other", "hunter2")])]),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert_eq!(
             e,
             "spec.gitAuth.basicAuth.password: Secret \"c\" has no key \"pw\""

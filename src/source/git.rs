@@ -7,6 +7,7 @@
 //! keep-alive options from the same deadline (`Session::bound_ssh`).
 
 use super::pool::Cancel;
+use crate::source::RemoteError;
 use pulumi_gitauth::{AuthFlags, Credentials, Session, Transport};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -20,8 +21,8 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A bare repository used only as a context for anonymous remotes (nothing is fetched into it).
-fn scratch_repo() -> Result<PathBuf, String> {
-    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+fn scratch_repo() -> Result<PathBuf, RemoteError> {
+    static DIR: OnceLock<Result<PathBuf, RemoteError>> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir =
             std::env::temp_dir().join(format!("pulumi-operator-ls-remote-{}", std::process::id()));
@@ -44,7 +45,7 @@ fn ls_remote_blocking(
     url: &str,
     reference: &str,
     credentials: &Credentials,
-) -> Result<String, String> {
+) -> Result<String, RemoteError> {
     ls_remote(
         url,
         reference,
@@ -61,7 +62,7 @@ fn http_options(
     repo: &gix::Repository,
     url: &str,
     cancel: &Cancel,
-) -> Result<Box<dyn std::any::Any>, String> {
+) -> Result<Box<dyn std::any::Any>, RemoteError> {
     use gix_transport::client::blocking_io::http;
     let mut options = repo
         .transport_options(url, None)
@@ -88,7 +89,7 @@ fn git_daemon(
     url: &gix::Url,
     version: gix_transport::Protocol,
     cancel: &Cancel,
-) -> Result<Box<dyn gix_transport::client::blocking_io::Transport + Send>, String> {
+) -> Result<Box<dyn gix_transport::client::blocking_io::Transport + Send>, RemoteError> {
     use std::net::{TcpStream, ToSocketAddrs};
     let host = url.host().ok_or("the URL has no host")?;
     let port = url.port;
@@ -125,14 +126,14 @@ pub fn ls_remote(
     reference: &str,
     credentials: &Credentials,
     cancel: &Cancel,
-) -> Result<String, String> {
+) -> Result<String, RemoteError> {
     // A GitHub App token exchange happens here: bounded by the same deadline.
     let mut session = Session::prepare_within(credentials, url, cancel.remaining())?;
     session.bound_ssh(cancel.remaining());
     let shown = session.redact(url);
     let stopped = || format!("ls-remote {shown}: stopped at its deadline");
     if cancel.is_cancelled() {
-        return Err(stopped());
+        return Err(stopped().into());
     }
     let dir = scratch_repo()?;
     let options = gix::open::Options::default().config_overrides(session.config_overrides());
@@ -198,7 +199,7 @@ pub fn ls_remote(
             }
         }
     }
-    Err(format!("no commits found for ref {reference:?} in {shown}"))
+    Err(format!("no commits found for ref {reference:?} in {shown}").into())
 }
 
 fn chain_of(e: &dyn std::error::Error) -> String {

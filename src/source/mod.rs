@@ -33,3 +33,35 @@ impl ResolveError {
         }
     }
 }
+
+/// Why a git remote call gave no answer of its own (ls-remote failed, timed out or was
+/// refused), already redacted: the message a user sees.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RemoteError(pub String);
+
+impl From<String> for RemoteError {
+    fn from(message: String) -> RemoteError {
+        RemoteError(message)
+    }
+}
+
+impl From<&str> for RemoteError {
+    fn from(message: &str) -> RemoteError {
+        RemoteError(message.to_string())
+    }
+}
+
+impl From<pulumi_gitauth::SessionError> for RemoteError {
+    fn from(e: pulumi_gitauth::SessionError) -> RemoteError {
+        RemoteError(e.to_string())
+    }
+}
+
+/// The message, as text.
+impl std::ops::Deref for RemoteError {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}

@@ -14,6 +14,7 @@
 
 use super::pool::{host_of, Cancel, Limits, Pool};
 use crate::runtime::metrics::{Metrics, ResultLabels};
+use crate::source::RemoteError;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -32,7 +33,7 @@ pub struct Key {
 /// The last completed call of a key.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Last {
-    pub result: Result<String, String>,
+    pub result: Result<String, RemoteError>,
     pub at: Instant,
 }
 
@@ -62,7 +63,7 @@ pub enum Need {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Plan {
     /// Use the cached answer.
-    Use(Result<String, String>),
+    Use(Result<String, RemoteError>),
     /// Call ls-remote.
     Call,
 }
@@ -100,7 +101,7 @@ pub fn plan(slot: &Slot, need: Need, now: Instant) -> Plan {
 }
 
 /// Pure: the slot after a call that ended at `at`.
-pub fn record(slot: &mut Slot, result: Result<String, String>, at: Instant) {
+pub fn record(slot: &mut Slot, result: Result<String, RemoteError>, at: Instant) {
     slot.failures = if result.is_ok() {
         0
     } else {
@@ -122,7 +123,7 @@ pub fn step(slot: &Slot, need: Need, now: Instant) -> Step {
 /// What [`step`] decided.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Step {
-    Use(Result<String, String>),
+    Use(Result<String, RemoteError>),
     Wait,
     Start,
 }
@@ -130,7 +131,7 @@ pub enum Step {
 /// What a reconcile gets at once.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Answer {
-    Ready(Result<String, String>),
+    Ready(Result<String, RemoteError>),
     /// A call is in flight; the waiter is announced on [`Poller::answers`] when it ends.
     Pending,
 }
@@ -217,7 +218,7 @@ impl Poller {
         call: F,
     ) -> Answer
     where
-        F: FnOnce(&Cancel) -> Result<String, String> + Send + 'static,
+        F: FnOnce(&Cancel) -> Result<String, RemoteError> + Send + 'static,
     {
         let now = Instant::now();
         let mut slots = self.inner.slots.lock().unwrap_or_else(|p| p.into_inner());
@@ -248,7 +249,7 @@ impl Poller {
                     let shown = pulumi_gitauth::redact::urls(&key.url);
                     let result = match inner.pool.run(&host_of(&key.url), call).await {
                         Ok(r) => r,
-                        Err(e) => Err(format!("ls-remote {shown}: {e}")),
+                        Err(e) => Err(format!("ls-remote {shown}: {e}").into()),
                     };
                     if let Some(m) = metrics {
                         let label = if result.is_ok() { "success" } else { "failure" };
@@ -357,10 +358,10 @@ mod tests {
     }
 
     /// Polls `lookup` until it is ready (as the re-triggered reconciles would).
-    async fn settle(poller: &Poller, key: Key, need: Need) -> Result<String, String> {
+    async fn settle(poller: &Poller, key: Key, need: Need) -> Result<String, RemoteError> {
         for _ in 0..500 {
             if let Answer::Ready(r) = poller.lookup(key.clone(), need, None, None, |_| {
-                Err("unexpected call".to_string())
+                Err("unexpected call".into())
             }) {
                 return r;
             }
@@ -417,7 +418,7 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         // Another reference, or other credentials, is another key.
         let other = poller.lookup(key("dev"), need, None, Some(metrics.clone()), |_| {
-            Err("no commits found".to_string())
+            Err("no commits found".into())
         });
         assert_eq!(other, Answer::Pending);
         assert!(settle(&poller, key("dev"), need).await.is_err());

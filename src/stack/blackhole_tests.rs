@@ -4,6 +4,7 @@
 use crate::source::git;
 use crate::source::poll::{Answer, Need, Poller};
 use crate::source::pool::{Cancel, Limits};
+use crate::source::RemoteError;
 use crate::stack::source::branch_head;
 use pulumi_gitauth::Credentials;
 use std::net::TcpListener;
@@ -63,7 +64,7 @@ async fn settle(
     branch: &str,
     creds: &Credentials,
     within: Duration,
-) -> Result<String, String> {
+) -> Result<String, RemoteError> {
     let started = Instant::now();
     while started.elapsed() < within {
         if let Answer::Ready(r) = ask(poller, url, branch, creds) {
@@ -262,7 +263,7 @@ fn git_daemon_remotes_resolve() {
         .spawn()
         .expect("git daemon");
     let url = format!("git://127.0.0.1:{port}/app.git");
-    let mut answer = Err(String::new());
+    let mut answer = Err(RemoteError(String::new()));
     for _ in 0..50 {
         let cancel = Cancel::new(Instant::now() + Duration::from_secs(5));
         answer = git::ls_remote(&url, "main", &Credentials::None, &cancel);

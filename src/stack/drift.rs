@@ -46,17 +46,23 @@ pub struct Schedules {
     zone: TimeZone,
 }
 
+/// A schedule (`spec.driftDetection`, `spec.maintenanceWindow`) that cannot be used: the
+/// message names the field and says why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ScheduleError(pub String);
+
 /// A five-field cron expression (`minute hour day-of-month month day-of-week`, days of week
 /// 0–7 with Sunday 0 or 7) in the `cron` crate's form (leading seconds; Sunday is 1 there, so
 /// numeric days become names).
-fn normalize(expression: &str) -> Result<String, String> {
+fn normalize(expression: &str) -> Result<String, ScheduleError> {
     let fields: Vec<&str> = expression.split_whitespace().collect();
     match fields.len() {
         5 => {
             const DAYS: [&str; 8] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN"];
             let mut dow = String::new();
             let mut number = String::new();
-            let flush = |number: &mut String, dow: &mut String| -> Result<(), String> {
+            let flush = |number: &mut String, dow: &mut String| -> Result<(), ScheduleError> {
                 if number.is_empty() {
                     return Ok(());
                 }
@@ -64,7 +70,7 @@ fn normalize(expression: &str) -> Result<String, String> {
                     .parse()
                     .ok()
                     .filter(|d| *d <= 7)
-                    .ok_or_else(|| format!("day of week {number} is not 0-7"))?;
+                    .ok_or_else(|| ScheduleError(format!("day of week {number} is not 0-7")))?;
                 dow.push_str(DAYS[day]);
                 number.clear();
                 Ok(())
@@ -87,15 +93,15 @@ fn normalize(expression: &str) -> Result<String, String> {
             ))
         }
         6 | 7 => Ok(fields.join(" ")),
-        n => Err(format!(
+        n => Err(ScheduleError(format!(
             "{n} fields; expected 5 (minute hour day-of-month month day-of-week) or 6 with \
              leading seconds"
-        )),
+        ))),
     }
 }
 
 /// Parses and checks `spec.driftDetection`; the error is the message a user acts on.
-pub fn parse(spec: &DriftDetection) -> Result<Schedules, String> {
+pub fn parse(spec: &DriftDetection) -> Result<Schedules, ScheduleError> {
     parse_schedules(
         "spec.driftDetection",
         &spec.schedules,
@@ -108,34 +114,36 @@ pub fn parse_schedules(
     field: &str,
     expressions: &[String],
     time_zone: Option<&str>,
-) -> Result<Schedules, String> {
+) -> Result<Schedules, ScheduleError> {
     if expressions.is_empty() {
-        return Err(format!(
+        return Err(ScheduleError(format!(
             "{field}.schedules: at least one cron expression is required"
-        ));
+        )));
     }
     if expressions.len() > MAX_SCHEDULES {
-        return Err(format!(
+        return Err(ScheduleError(format!(
             "{field}.schedules: at most {MAX_SCHEDULES} expressions"
-        ));
+        )));
     }
     let mut crons = Vec::with_capacity(expressions.len());
     for (i, expression) in expressions.iter().enumerate() {
-        let bad = |why: String| {
+        let bad = |why: &dyn std::fmt::Display| {
             let shown: String = expression.chars().take(MAX_EXPRESSION_BYTES).collect();
-            format!("{field}.schedules[{i}] {shown:?}: {why}")
+            ScheduleError(format!("{field}.schedules[{i}] {shown:?}: {why}"))
         };
         if expression.len() > MAX_EXPRESSION_BYTES {
-            return Err(bad(format!("longer than {MAX_EXPRESSION_BYTES} bytes")));
+            return Err(bad(&format!("longer than {MAX_EXPRESSION_BYTES} bytes")));
         }
-        let normalized = normalize(expression).map_err(bad)?;
+        let normalized = normalize(expression).map_err(|e| bad(&e))?;
         let schedule =
-            cron::Schedule::from_str(&normalized).map_err(|e| bad(format!("invalid: {e}")))?;
+            cron::Schedule::from_str(&normalized).map_err(|e| bad(&format!("invalid: {e}")))?;
         crons.push(schedule);
     }
     let name = time_zone.unwrap_or("UTC");
     let zone = TimeZone::get(name).map_err(|_| {
-        format!("{field}.timeZone {name:?}: not an IANA time zone (e.g. UTC, Europe/Paris)")
+        ScheduleError(format!(
+            "{field}.timeZone {name:?}: not an IANA time zone (e.g. UTC, Europe/Paris)"
+        ))
     })?;
     Ok(Schedules { crons, zone })
 }
@@ -549,6 +557,7 @@ mod tests {
                 auto_remediate: false,
             })
             .unwrap_err()
+            .to_string()
         };
         assert!(err(&[], None).contains("at least one"));
         assert!(err(&["* * *"], None).contains("schedules[0]"));

@@ -297,7 +297,7 @@ pub fn workspace_policy(
     namespace: &str,
     ws: &Workspace,
     policy: &crate::runtime::policy::Policy,
-) -> Result<(), String> {
+) -> Result<(), crate::runtime::policy::NotAllowed> {
     let mut pod = json!({
         "serviceAccountName": ws.spec.service_account_name.clone()
             .filter(|s| !s.is_empty())

@@ -280,7 +280,7 @@ impl<'a> Pass<'a> {
         }
         if let Err(why) = refused {
             warn!(%why, "not allowed");
-            self.stall_once(names::REASON_NOT_ALLOWED, &why, names::REASON_NOT_ALLOWED)
+            self.stall_once(names::REASON_NOT_ALLOWED, &why.0, names::REASON_NOT_ALLOWED)
                 .await;
             return Ok(Some(Action::await_change()));
         }
@@ -289,7 +289,7 @@ impl<'a> Pass<'a> {
             if !message.is_empty() {
                 message.push_str("; ");
             }
-            message.push_str(&why);
+            message.push_str(&why.0);
         }
         if self.deleting {
             message.push_str(&format!(
@@ -868,7 +868,7 @@ impl<'a> Pass<'a> {
             crate::stack::objects::workspace_policy(&self.ns, workspace, &self.ctx.policy)
         {
             warn!(%why, "not allowed");
-            self.stall_once(names::REASON_NOT_ALLOWED, &why, names::REASON_NOT_ALLOWED)
+            self.stall_once(names::REASON_NOT_ALLOWED, &why.0, names::REASON_NOT_ALLOWED)
                 .await;
             return Ok(Some(crate::runtime::requeue(REJECTED_REQUEUE)));
         }

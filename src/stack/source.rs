@@ -157,7 +157,7 @@ async fn resolve_git(
             let waiter = Some((ns.clone(), stack.name_any()));
             let poller = poll::Poller::shared();
             match branch_head(poller, &url, b, credentials, need, waiter, metrics) {
-                poll::Answer::Ready(r) => r.map_err(ResolveError::unavailable)?,
+                poll::Answer::Ready(r) => r.map_err(|e| ResolveError::unavailable(e.0))?,
                 poll::Answer::Pending => {
                     return Ok(Resolved::Pending {
                         message: format!(

@@ -1,7 +1,7 @@
 //! Maintenance windows (`spec.maintenanceWindow`, an extension to PKO's API), as pure
 //! functions: whether an operation that changes resources may start now, and if not, when.
 
-use crate::stack::drift::{parse_schedules, Schedules};
+use crate::stack::drift::{parse_schedules, ScheduleError, Schedules};
 use jiff::Timestamp;
 use pulumi_operator_api::{parse_duration, MaintenanceWindow, StackSpec, UpdateType};
 use std::time::Duration;
@@ -20,19 +20,19 @@ pub struct Window {
 }
 
 /// Parses and checks `spec.maintenanceWindow`; the error is the message a user acts on.
-pub fn parse(spec: &MaintenanceWindow) -> Result<Window, String> {
+pub fn parse(spec: &MaintenanceWindow) -> Result<Window, ScheduleError> {
     let opens = parse_schedules(
         "spec.maintenanceWindow",
         &spec.schedules,
         spec.time_zone.as_deref(),
     )?;
     let length = parse_duration(&spec.duration)
-        .map_err(|e| format!("spec.maintenanceWindow.duration: {e}"))?;
+        .map_err(|e| ScheduleError(format!("spec.maintenanceWindow.duration: {e}")))?;
     if length.is_zero() || length > MAX_WINDOW {
-        return Err(format!(
+        return Err(ScheduleError(format!(
             "spec.maintenanceWindow.duration {:?}: must be more than 0 and at most 31 days",
             spec.duration
-        ));
+        )));
     }
     Ok(Window { opens, length })
 }
@@ -153,7 +153,7 @@ mod tests {
         spec.maintenance_window = None;
         assert_eq!(gate(&spec, &UpdateType::Up, noon), Gate::Open);
 
-        let err = |w: MaintenanceWindow| parse(&w).unwrap_err();
+        let err = |w: MaintenanceWindow| parse(&w).unwrap_err().to_string();
         assert!(err(window(&["0 22 * * *"], "0s", None)).contains("duration"));
         assert!(err(window(&["0 22 * * *"], "soon", None)).contains("duration"));
         assert!(err(window(&["0 22 * * *"], "9999h", None)).contains("31 days"));
