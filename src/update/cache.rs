@@ -4,10 +4,15 @@
 //! (`crate::update::job`) and the StatefulSet builder (`super::statefulset`) use it; neither
 //! depends on the other's module for it.
 
+use k8s_openapi::api::core::v1::{
+    Affinity, PersistentVolumeClaimVolumeSource, PodAffinity, PodAffinityTerm, PodSpec, Volume,
+    VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 use pulumi_operator_api::names;
 use pulumi_operator_api::Workspace;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// The cache volume (the volumeClaimTemplate's name) and where it is mounted: `PULUMI_HOME`.
@@ -46,41 +51,55 @@ pub fn selector_labels(ws: &str) -> BTreeMap<String, String> {
 /// from `status.address`, which the Workspace controller sets once the StatefulSet exists and
 /// its cache claim is bound: the cache claim mounted at `PULUMI_HOME`, and a required affinity
 /// to the workspace pod's node (the claim is usually ReadWriteOnce).
-pub fn retained_cache(ws: &Workspace, pod_spec: &mut Value) {
+pub fn retained_cache(ws: &Workspace, pod_spec: &mut PodSpec) {
     if !mounts_retained_cache(ws) {
         return;
     }
     let name = ws.name_any();
-    if let Some(volumes) = pod_spec["volumes"].as_array_mut() {
-        volumes.push(json!({"name": CACHE_VOLUME,
-                            "persistentVolumeClaim": {"claimName": cache_claim_name(&name)}}));
+    if let Some(volumes) = pod_spec.volumes.as_mut() {
+        volumes.push(Volume {
+            name: CACHE_VOLUME.into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: cache_claim_name(&name),
+                read_only: None,
+            }),
+            ..Default::default()
+        });
     }
     add_cache_mount(pod_spec);
-    let term = json!({"labelSelector": {"matchLabels": selector_labels(&name)},
-                      "topologyKey": "kubernetes.io/hostname"});
-    crate::runtime::merge::merge(
-        pod_spec,
-        &json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}}),
-    );
+    let term = PodAffinityTerm {
+        label_selector: Some(LabelSelector {
+            match_labels: Some(selector_labels(&name)),
+            match_expressions: None,
+        }),
+        topology_key: "kubernetes.io/hostname".into(),
+        ..Default::default()
+    };
+    let affinity = pod_spec.affinity.get_or_insert_with(Affinity::default);
+    affinity
+        .pod_affinity
+        .get_or_insert_with(PodAffinity::default)
+        .required_during_scheduling_ignored_during_execution = Some(vec![term]);
 }
 
-pub fn add_cache_mount(pod_spec: &mut Value) {
+pub fn add_cache_mount(pod_spec: &mut PodSpec) {
     add_pulumi_mount(pod_spec, CACHE_VOLUME, CACHE_MOUNT_PATH);
 }
 
 /// Mounts volume `name` at `path` in the `pulumi` container, unless something is mounted there.
-fn add_pulumi_mount(pod_spec: &mut Value, name: &str, path: &str) {
-    let mount = json!({"name": name, "mountPath": path});
-    if let Some(containers) = pod_spec["containers"].as_array_mut() {
-        for c in containers
-            .iter_mut()
-            .filter(|c| c["name"] == names::PULUMI_CONTAINER)
-        {
-            match c["volumeMounts"].as_array_mut() {
-                Some(m) if !m.iter().any(|x| x["mountPath"] == path) => m.push(mount.clone()),
-                Some(_) => {}
-                None => c["volumeMounts"] = json!([mount.clone()]),
-            }
+fn add_pulumi_mount(pod_spec: &mut PodSpec, name: &str, path: &str) {
+    for c in pod_spec
+        .containers
+        .iter_mut()
+        .filter(|c| c.name == names::PULUMI_CONTAINER)
+    {
+        let mounts = c.volume_mounts.get_or_insert_with(Vec::new);
+        if !mounts.iter().any(|m| m.mount_path == path) {
+            mounts.push(VolumeMount {
+                name: name.into(),
+                mount_path: path.into(),
+                ..Default::default()
+            });
         }
     }
 }
@@ -126,10 +145,12 @@ pub fn mounts_retained_cache(ws: &Workspace) -> bool {
 }
 
 /// Mounts the pod's `dependency-cache` volume, when it has one, in the `pulumi` container.
-pub fn add_dependency_cache_mount(pod_spec: &mut Value) {
-    let named = pod_spec["volumes"]
-        .as_array()
-        .is_some_and(|v| v.iter().any(|v| v["name"] == DEPENDENCY_CACHE_VOLUME));
+pub fn add_dependency_cache_mount(pod_spec: &mut PodSpec) {
+    let named = pod_spec
+        .volumes
+        .iter()
+        .flatten()
+        .any(|v| v.name == DEPENDENCY_CACHE_VOLUME);
     if named {
         add_pulumi_mount(
             pod_spec,

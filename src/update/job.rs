@@ -7,6 +7,7 @@ use crate::program::PROGRAM_SCHEME;
 use crate::update::annotations::{
     EXPECT_NO_REFRESH_CHANGES_ANNOTATION, RETRY_ON_CONFLICT_ANNOTATION, STACK_EXISTS_ANNOTATION,
 };
+use crate::update::errors::InvalidUpdate;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
@@ -15,12 +16,12 @@ use k8s_openapi::api::core::v1::{
     VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 use pulumi_operator_api::names;
 use pulumi_operator_api::plan::{self, Operation, OperationOptions, RunPlan, Source, StackPlan};
 use pulumi_operator_api::{SecurityProfile, Update, UpdateType, Workspace};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// What the operator contributes to every Job.
@@ -40,14 +41,14 @@ fn is_full_sha(s: &str) -> bool {
     s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-pub fn operation(update: &Update) -> Result<Operation, String> {
+pub fn operation(update: &Update) -> Result<Operation, InvalidUpdate> {
     match &update.spec.update_type {
         Some(UpdateType::Up) => Ok(Operation::Up),
         Some(UpdateType::Preview) => Ok(Operation::Preview),
         Some(UpdateType::Refresh) => Ok(Operation::Refresh),
         Some(UpdateType::Destroy) => Ok(Operation::Destroy),
-        Some(other) => Err(format!("unsupported update type {:?}", other.as_str())),
-        None => Err("spec.type is required (preview, up, refresh or destroy)".into()),
+        Some(other) => Err(InvalidUpdate::UnsupportedType(other.as_str().to_string())),
+        None => Err(InvalidUpdate::MissingType),
     }
 }
 
@@ -114,29 +115,68 @@ pub fn secret_env(ws: &Workspace) -> SecretEnv {
 }
 
 /// The runner's plan for an Update against a Workspace. The error explains what is invalid.
-pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, String> {
+pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, InvalidUpdate> {
     let operation = operation(update)?;
     let stack_name = update
         .spec
         .stack_name
         .clone()
         .filter(|s| !s.is_empty())
-        .ok_or("spec.stackName is required")?;
-    let spec = &ws.spec;
-    if let Some(why) = spec
+        .ok_or(InvalidUpdate::MissingStackName)?;
+    check_env(ws)?;
+    let source = plan_source(ws)?;
+    let name = update.name_any();
+    let secret = secret_env(ws);
+    Ok(RunPlan {
+        update_name: name.clone(),
+        namespace: update.namespace().unwrap_or_default(),
+        update_uid: update.uid().unwrap_or_default(),
+        operation,
+        source,
+        stack: stack_plan(update, ws, stack_name),
+        options: operation_options(update, operation),
+        outputs_secret: names::outputs_secret_name(&name),
+        outputs_labels: outputs_labels(update),
+        outputs_key: None,
+        apply_plan: None,
+        pulumi_log_level: ws.spec.pulumi_log_level.filter(|l| *l > 0),
+        lock_holder: Some(lock_holder(update)),
+        secret_env: secret.names,
+        secret_env_dirs: (0..secret.whole_secrets.len())
+            .map(plan::secret_env_dir)
+            .collect(),
+        dependency_cache: crate::update::cache::dependency_cache_dir(
+            ws,
+            crate::update::cache::mounts_retained_cache(ws),
+        ),
+        conflict_retry_delay_ms: None,
+    })
+}
+
+/// Refuses a Workspace whose `spec.env` sets a variable the operator sets itself.
+fn check_env(ws: &Workspace) -> Result<(), InvalidUpdate> {
+    match ws
+        .spec
         .env
         .iter()
         .flatten()
         .find_map(|e| pulumi_operator_api::validation::reserved_env_problem(&e.name))
     {
-        return Err(format!("the Workspace's spec.env: {why}"));
+        Some(why) => Err(InvalidUpdate::ReservedEnv(why)),
+        None => Ok(()),
     }
-    let source = if let Some(git) = &spec.git {
+}
+
+/// Where the program comes from: git, a Flux artifact or a Program, a local directory, or
+/// only the project's name and runtime.
+fn plan_source(ws: &Workspace) -> Result<Option<Source>, InvalidUpdate> {
+    let spec = &ws.spec;
+    Ok(if let Some(git) = &spec.git {
         let url = git
             .url
             .clone()
             .filter(|u| !u.is_empty())
-            .ok_or("the Workspace's spec.git.url is empty")?;
+            .ok_or(InvalidUpdate::EmptyGitUrl)?;
         let reference = git.effective_ref().map(str::to_string);
         let (commit, reference) = match reference {
             Some(r) if is_full_sha(&r) => (Some(r), None),
@@ -169,10 +209,19 @@ pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, String> {
             name: p.name.clone(),
             runtime: p.runtime.clone(),
         })
-    };
-    let ws_stack = spec.stacks.iter().flatten().find(|s| s.name == stack_name);
-    let stack = StackPlan {
-        name: stack_name.clone(),
+    })
+}
+
+/// The stack the operation selects, configured from the Workspace's entry for it.
+fn stack_plan(update: &Update, ws: &Workspace, stack_name: String) -> StackPlan {
+    let ws_stack = ws
+        .spec
+        .stacks
+        .iter()
+        .flatten()
+        .find(|s| s.name == stack_name);
+    StackPlan {
+        name: stack_name,
         // PKO's Update selects its stack with create=true; the Stack's `useLocalStackOnly`
         // reaches us through the Workspace's stack entry.
         create: ws_stack.and_then(|s| s.create).unwrap_or(true),
@@ -185,10 +234,14 @@ pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, String> {
             .annotations()
             .get(STACK_EXISTS_ANNOTATION)
             .is_some_and(|v| v == "true"),
-    };
+    }
+}
+
+/// The operation's options, from the Update's spec and annotations.
+fn operation_options(update: &Update, operation: Operation) -> OperationOptions {
     let s = &update.spec;
     let annotation = |k: &str| update.annotations().get(k).is_some_and(|v| v == "true");
-    let options = OperationOptions {
+    OperationOptions {
         parallel: s.parallel,
         message: s.message.clone().filter(|m| !m.is_empty()),
         expect_no_changes: s.expect_no_changes.unwrap_or(false),
@@ -202,37 +255,16 @@ pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, String> {
         run_program: s.run_program,
         retry_on_update_conflict: annotation(RETRY_ON_CONFLICT_ANNOTATION),
         save_plan: operation == Operation::Preview && crate::update::plan::saves_plan(update),
-    };
-    let name = update.name_any();
-    let secret = secret_env(ws);
-    let mut outputs_labels = BTreeMap::new();
-    if let Some(stack_label) = update.labels().get(names::STACK_NAME_LABEL) {
-        outputs_labels.insert(names::STACK_NAME_LABEL.to_string(), stack_label.clone());
     }
-    Ok(RunPlan {
-        update_name: name.clone(),
-        namespace: update.namespace().unwrap_or_default(),
-        update_uid: update.uid().unwrap_or_default(),
-        operation,
-        source,
-        stack,
-        options,
-        outputs_secret: names::outputs_secret_name(&name),
-        outputs_labels,
-        outputs_key: None,
-        apply_plan: None,
-        pulumi_log_level: spec.pulumi_log_level.filter(|l| *l > 0),
-        lock_holder: Some(lock_holder(update)),
-        secret_env: secret.names,
-        secret_env_dirs: (0..secret.whole_secrets.len())
-            .map(plan::secret_env_dir)
-            .collect(),
-        dependency_cache: crate::update::cache::dependency_cache_dir(
-            ws,
-            crate::update::cache::mounts_retained_cache(ws),
-        ),
-        conflict_retry_delay_ms: None,
-    })
+}
+
+/// The labels of the outputs Secret: the Stack's name label, when the Update has it.
+fn outputs_labels(update: &Update) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    if let Some(stack_label) = update.labels().get(names::STACK_NAME_LABEL) {
+        labels.insert(names::STACK_NAME_LABEL.to_string(), stack_label.clone());
+    }
+    labels
 }
 
 /// The lock identity of an Update's operation: its pod's hostname, and the prefix shared by
@@ -274,24 +306,26 @@ pub fn job_labels(update: &Update) -> BTreeMap<String, String> {
     labels
 }
 
-fn owner(update: &Update) -> Value {
-    serde_json::to_value(update.controller_owner_ref(&())).unwrap_or(Value::Null)
+/// The Update as the controller owner of its objects.
+pub fn owned_by(update: &Update) -> Option<Vec<OwnerReference>> {
+    Some(update.controller_owner_ref(&()).into_iter().collect())
 }
 
 /// The plan Secret (`<update>-plan`), owned by the Update.
 pub fn build_plan_secret(update: &Update, plan: &RunPlan) -> Result<Secret, serde_json::Error> {
     let text = serde_json::to_string_pretty(plan)?;
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {
-            "name": plan::plan_secret_name(&update.name_any()),
-            "namespace": update.namespace(),
-            "labels": job_labels(update),
-            "ownerReferences": [owner(update)],
+    Ok(Secret {
+        metadata: ObjectMeta {
+            name: Some(plan::plan_secret_name(&update.name_any())),
+            namespace: update.namespace(),
+            labels: Some(job_labels(update)),
+            owner_references: owned_by(update),
+            ..Default::default()
         },
-        "type": "Opaque",
-        "stringData": {plan::PLAN_KEY: text},
-    }))
+        type_: Some("Opaque".into()),
+        string_data: Some([(plan::PLAN_KEY.to_string(), text)].into()),
+        ..Default::default()
+    })
 }
 
 /// The `fetch` container's git credentials, from the Workspace's `spec.git.auth`: PKO's `GIT_*`
@@ -637,46 +671,50 @@ fn pod_security_context(restricted: bool) -> PodSecurityContext {
 /// init containers given `PULUMI_ENV`.
 fn merge_pod_template(
     ws: &Workspace,
-    ours: PodSpec,
+    mut ours: PodSpec,
     labels: BTreeMap<String, String>,
 ) -> Result<(ObjectMeta, PodSpec), serde_json::Error> {
-    let spec = &ws.spec;
-    let pulumi_env_json = serde_json::to_value(pulumi_env_var())?;
-    let mut pod_spec = serde_json::to_value(ours)?;
     // workspaceReclaimPolicy Retain: the retained workspace's cache at PULUMI_HOME.
-    crate::update::cache::retained_cache(ws, &mut pod_spec);
-    let mut pod_meta = json!({"labels": labels});
-    if let Some(template) = &spec.pod_template {
-        if let Some(user) = &template.spec {
-            crate::runtime::merge::merge(&mut pod_spec, user);
+    crate::update::cache::retained_cache(ws, &mut ours);
+    let ours_meta = ObjectMeta {
+        labels: Some(labels),
+        ..Default::default()
+    };
+    let (pod_meta, mut pod_spec) = match &ws.spec.pod_template {
+        None => (ours_meta, ours),
+        Some(template) => {
+            let mut pod_spec = serde_json::to_value(ours)?;
+            if let Some(user) = &template.spec {
+                crate::runtime::merge::merge(&mut pod_spec, user);
+            }
+            let pod_meta = match &template.metadata {
+                Some(meta) => {
+                    let mut m = serde_json::to_value(meta)?;
+                    crate::runtime::merge::merge(&mut m, &serde_json::to_value(ours_meta)?);
+                    serde_json::from_value(m)?
+                }
+                None => ours_meta,
+            };
+            (pod_meta, serde_json::from_value(pod_spec)?)
         }
-        if let Some(meta) = &template.metadata {
-            let mut m = serde_json::to_value(meta)?;
-            crate::runtime::merge::merge(&mut m, &pod_meta);
-            pod_meta = m;
-        }
-    }
+    };
     // The template's `dependency-cache` volume, where the runner keeps installed dependencies.
     crate::update::cache::add_dependency_cache_mount(&mut pod_spec);
     // User init containers (e.g. writing $PULUMI_ENV) see the share volume and PULUMI_ENV too.
-    if let Some(inits) = pod_spec["initContainers"].as_array_mut() {
-        for c in inits.iter_mut() {
-            let mut env = c["env"].as_array().cloned().unwrap_or_default();
-            if !env.iter().any(|e| e["name"] == names::PULUMI_ENV_VAR) {
-                env.push(pulumi_env_json.clone());
-                c["env"] = Value::Array(env);
+    for c in pod_spec.init_containers.iter_mut().flatten() {
+        let env = c.env.get_or_insert_with(Vec::new);
+        if !env.iter().any(|e| e.name == names::PULUMI_ENV_VAR) {
+            env.push(pulumi_env_var());
+        }
+    }
+    if let Some(extra) = &ws.spec.init_containers {
+        if let Some(inits) = pod_spec.init_containers.as_mut() {
+            for c in extra {
+                inits.push(serde_json::from_value(c.clone())?);
             }
         }
     }
-    if let Some(extra) = &spec.init_containers {
-        if let Some(inits) = pod_spec["initContainers"].as_array_mut() {
-            inits.extend(extra.iter().cloned());
-        }
-    }
-    Ok((
-        serde_json::from_value(pod_meta)?,
-        serde_json::from_value(pod_spec)?,
-    ))
+    Ok((pod_meta, pod_spec))
 }
 
 #[cfg(test)]
@@ -684,6 +722,7 @@ mod tests {
     use super::*;
     use crate::stack::objects::{build_update, build_workspace, ResolvedSource};
     use pulumi_operator_api::Stack;
+    use serde_json::json;
 
     fn stack() -> Stack {
         serde_json::from_value(json!({
@@ -768,7 +807,7 @@ mod tests {
             json!({"name": "PULUMI_RUNNER_SHARE", "value": "/elsewhere"}),
         )
         .unwrap()]);
-        let why = build_plan(&u, &ws).unwrap_err();
+        let why = build_plan(&u, &ws).unwrap_err().to_string();
         assert!(
             why.starts_with("the Workspace's spec.env: \"PULUMI_RUNNER_SHARE\" is reserved"),
             "{why}"
@@ -800,6 +839,7 @@ mod tests {
         bad.spec.update_type = Some(UpdateType::parse("explode"));
         assert!(build_plan(&bad, &ws)
             .unwrap_err()
+            .to_string()
             .contains("unsupported update type"));
     }
 

@@ -1,9 +1,12 @@
 //! The Update controller: one operation of a Stack run as a Job. `reconcile` (talks to the API
 //! server) starts the Job, follows it and hands its outputs over; the pure parts build the Job
-//! (`job`, `cache`) and fold the Job and its pod into the Update's status (`status`).
+//! (`job`, `cache`, `objects`) and fold the Job and its pod into the Update's status (`status`);
+//! `errors` says, typed, why an Update cannot go on.
 pub mod annotations;
 pub mod cache;
+pub mod errors;
 pub mod job;
+pub mod objects;
 pub mod plan;
 pub mod reconcile;
 pub mod status;

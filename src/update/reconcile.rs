@@ -7,7 +7,9 @@ use crate::program::PROGRAM_SCHEME;
 use crate::runtime::cached::{CachedJob, CachedPod};
 use crate::runtime::context::Context;
 use crate::runtime::error::{Error, Result};
-use crate::update::job::{build_job, build_plan, build_plan_secret, job_labels, JobConfig};
+use crate::update::errors::{OutputsUnavailable, PlanUnavailable};
+use crate::update::job::{build_job, build_plan, build_plan_secret, JobConfig};
+use crate::update::objects::{outputs_secret, saved_plan_secret};
 use crate::update::status::{
     job_finished, not_started, pod_ended, pod_start_problem, progress, recheck_after,
     should_stop_job, start_failure, status_for, NotStarted, Progress,
@@ -20,9 +22,10 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use pulumi_operator_api::plan::{program_config_map_name, Source};
-use pulumi_operator_api::{names, parse_duration, Update, UpdateStatus};
+use pulumi_operator_api::plan::{plan_secret_name, RunPlan, Source, PLAN_KEY};
+use pulumi_operator_api::{names, parse_duration, Update, UpdateStatus, Workspace};
 use serde::Serialize;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
@@ -275,164 +278,256 @@ const EVENT_STALE_LOCK_CLEARED: &str = "StaleLockCleared";
 const WORKSPACE_WAIT_SECONDS: i64 = 60;
 const LEFTOVER_RETRY: Duration = Duration::from_secs(2);
 
+/// `?` for a phase of a reconcile: the phase's value when the reconcile goes on, else return
+/// what ends it.
+macro_rules! go_on {
+    ($phase:expr) => {
+        match $phase {
+            ControlFlow::Continue(value) => value,
+            ControlFlow::Break(end) => return Ok(end.into()),
+        }
+    };
+}
+
+/// One look at an Update: a finished one is [`finished`]; else its Job (started if need be),
+/// followed into a progress, its outputs handed over on success, and the status written (with
+/// its events) when it changed.
 pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action> {
     let update = ctx.with_written_status(update);
     let ns = update
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
-    let name = update.name_any();
     if crate::update::status::update_complete(&update) {
         return finished(&update, &ctx, &ns).await;
     }
     let api: Api<Update> = Api::namespaced(ctx.client.clone(), &ns);
     let now = Time(jiff::Timestamp::now());
-    let deleting = update.metadata.deletion_timestamp.is_some();
-    let mut job = own_job(&ctx, &update, &ns);
-    let started = update
-        .status
-        .as_ref()
-        .is_some_and(|s| s.start_time.is_some());
-    if job.is_none() && (deleting || started) {
-        // The cache may not have a Job created a moment ago: ask before concluding it is gone.
-        // (Not before a first start: creating a Job that exists is answered with a conflict,
-        // and `create_owned` then reads it.)
-        job = Api::<CachedJob>::namespaced(ctx.client.clone(), &ns)
-            .get_opt(&name)
-            .await?
-            .filter(|j| owned_by_update(j, &update))
-            .map(Arc::new);
-    }
-    if job.is_none() && (deleting || started) {
-        // Never a second Job for one Update: once its pods are gone, it ends here and the
-        // Stack decides whether to run the operation again.
-        if let Some(pod) = ctx.stores.pods_of_update(&ns, &name).into_iter().find(|p| {
-            !matches!(
-                p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                Some("Succeeded" | "Failed")
-            )
-        }) {
-            let progress = Progress::Running {
-                message: format!(
-                    "the operation's Job was deleted; waiting for pod {} to stop",
-                    pod.name_any()
-                ),
-            };
-            let status = status_for(&update, &progress, None, &now);
-            if Some(&status) != update.status.as_ref() {
-                write_status(&ctx, &api, &update, &status).await?;
-            }
-            return Ok(crate::runtime::requeue(LEFTOVER_RETRY));
-        }
-        let message = if started {
-            "the operation's Job was deleted before it finished; the stack runs the operation again"
-        } else {
-            "the Update was deleted before its operation started"
-        };
-        return fail_before_start(
-            &ctx,
-            &api,
-            &update,
-            names::UPDATE_REASON_UPDATE_FAILED,
-            message.into(),
-            &now,
-        )
-        .await;
-    }
-    let job = match job {
-        Some(j) => Some(j),
-        None => match start(&update, &ctx, &ns, &api, &now).await? {
-            // The Job's events trigger the next reconcile.
-            Started::Job => return Ok(Action::await_change()),
-            Started::Done(action) => return Ok(action),
-        },
-    };
-    let job = job.as_deref();
-    if deleting {
+    let job = go_on!(job_or_start(&update, &ctx, &ns, &api, &now).await?);
+    if update.metadata.deletion_timestamp.is_some() {
         // `kubectl delete update` of a running operation cancels it: the runner gets SIGTERM
         // and Pulumi stops cleanly; the result is absorbed by the Stack, then the Update goes.
-        if let Some(j) = job {
-            stop_job(&ctx, &ns, j).await?;
-        }
+        stop_job(&ctx, &ns, &job).await?;
     }
-
-    let mut pods = ctx.stores.pods_of_update(&ns, &name);
-    pods.retain(|p| job.is_some_and(|j| owned_by_job(p, j)));
+    let mut pods = ctx.stores.pods_of_update(&ns, &update.name_any());
+    pods.retain(|p| owned_by_job(p, &job));
     let pod_refs: Vec<&CachedPod> = pods.iter().map(|p| p.as_ref()).collect();
+    let (progress, recheck) = follow(&ctx, &ns, &job, &pod_refs, &now).await?;
+    let progress = with_outputs(&ctx, &ns, &update, &pod_refs, progress).await?;
     // Never without a start once the Job exists (see `start`).
-    let start = job.and_then(|j| {
-        j.status
-            .as_ref()
-            .and_then(|s| s.start_time.clone())
-            .or_else(|| j.metadata.creation_timestamp.clone())
-    });
-    if let Some(job) = job.filter(|j| should_stop_job(j, &pod_refs)) {
-        stop_job(&ctx, &ns, job).await?;
-    }
-    let mut progress = progress(job, &pod_refs, now.0);
-    let mut recheck = recheck_after(None, None, &pod_refs, now.0);
-    if let (Progress::Running { .. }, Some(j)) = (&progress, job) {
-        if let Some(waiting) = not_started(j, &pod_refs, now.0) {
-            // The pod's own status first, then the newest Warning Event (from the watch).
-            let said = waiting
-                .pod
-                .as_ref()
-                .and_then(|n| {
-                    pod_refs
-                        .iter()
-                        .find(|p| p.metadata.name.as_ref() == Some(n))
-                })
-                .and_then(|p| pod_start_problem(p));
-            let warning = said.or_else(|| latest_warning(&ctx, &waiting, j, &pod_refs));
-            recheck = recheck_after(
-                Some(&waiting),
-                warning.as_ref().map(|(reason, _)| reason.as_str()),
-                &pod_refs,
-                now.0,
-            );
-            // "Kubernetes gave no reason" is a fact only once the Warning Events are listed.
-            let knows_why = warning.is_some() || ctx.warnings.filled();
-            if !knows_why {
-                recheck = recheck.min(Duration::from_secs(5));
-            }
-            if let Some(failed) = start_failure(&waiting, warning.clone()).filter(|_| knows_why) {
-                // The Job must not start the pod later, when nobody waits for it any more.
-                stop_job(&ctx, &ns, j).await?;
-                progress = failed;
-            } else if let Some((reason, message)) = warning {
-                progress = Progress::Running {
-                    message: format!("waiting for the operation to start: {reason}: {message}"),
-                };
-            }
-        }
-    }
-    if let Progress::Succeeded { result, end } = &progress {
-        let saves_plan = crate::update::plan::saves_plan(&update);
-        let collected = match result.outputs_digest.as_deref() {
-            Some(digest) => collect_outputs(&ctx, &ns, &update, &pod_refs, digest).await?,
-            None if saves_plan => Err("its pod reported no saved plan".to_string()),
-            None => Ok(()),
-        };
-        if let Err(why) = collected {
-            warn!(%why, "outputs unavailable");
-            let reason = if saves_plan {
-                crate::update::plan::REASON_PLAN_UNAVAILABLE
-            } else {
-                names::UPDATE_REASON_OUTPUTS_UNAVAILABLE
-            };
-            progress = Progress::Failed {
-                reason: reason.into(),
-                message: format!("the operation succeeded, but {why}"),
-                result: Some(result.clone()),
-                end: end.clone(),
-            };
-        }
-    }
+    let start = job
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.clone())
+        .or_else(|| job.metadata.creation_timestamp.clone());
     let status = status_for(&update, &progress, start, &now);
     let changed = status != update.status.clone().unwrap_or_default();
     if changed {
         write_status(&ctx, &api, &update, &status).await?;
+        announce(&ctx, &update, &progress).await;
     }
-    let cleared = match &progress {
+    Ok(match progress {
+        Progress::Succeeded { .. } | Progress::Failed { .. } => Action::await_change(),
+        // Waits that end by time alone (pods that do not start, image pulls) are looked at
+        // again when due, even without an event.
+        Progress::Running { .. } => crate::runtime::requeue(recheck),
+    })
+}
+
+/// The Update's Job; else, before a first start, the Job started now (its events trigger the
+/// next reconcile). An Update whose Job is gone ends (see `job_gone`).
+async fn job_or_start(
+    update: &Update,
+    ctx: &Context,
+    ns: &str,
+    api: &Api<Update>,
+    now: &Time,
+) -> Result<ControlFlow<Action, Arc<CachedJob>>> {
+    let deleting = update.metadata.deletion_timestamp.is_some();
+    let started = update
+        .status
+        .as_ref()
+        .is_some_and(|s| s.start_time.is_some());
+    if let Some(job) = own_job(ctx, update, ns) {
+        return Ok(ControlFlow::Continue(job));
+    }
+    if !deleting && !started {
+        return Ok(ControlFlow::Break(
+            match start(update, ctx, ns, api, now).await? {
+                // The Job's events trigger the next reconcile.
+                Started::Job => Action::await_change(),
+                Started::Done(action) => action,
+            },
+        ));
+    }
+    // The cache may not have a Job created a moment ago: ask before concluding it is gone.
+    // (Not before a first start: creating a Job that exists is answered with a conflict,
+    // and `create_owned` then reads it.)
+    let job = Api::<CachedJob>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&update.name_any())
+        .await?
+        .filter(|j| owned_by_update(j, update));
+    match job {
+        Some(job) => Ok(ControlFlow::Continue(Arc::new(job))),
+        None => job_gone(update, ctx, ns, api, now, started)
+            .await
+            .map(ControlFlow::Break),
+    }
+}
+
+/// An Update (started, or being deleted) whose Job is gone. Never a second Job for one
+/// Update: once its pods are gone, it ends here and the Stack decides whether to run the
+/// operation again.
+async fn job_gone(
+    update: &Update,
+    ctx: &Context,
+    ns: &str,
+    api: &Api<Update>,
+    now: &Time,
+    started: bool,
+) -> Result<Action> {
+    if let Some(pod) = ctx
+        .stores
+        .pods_of_update(ns, &update.name_any())
+        .into_iter()
+        .find(|p| {
+            !matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            )
+        })
+    {
+        let progress = Progress::Running {
+            message: format!(
+                "the operation's Job was deleted; waiting for pod {} to stop",
+                pod.name_any()
+            ),
+        };
+        let status = status_for(update, &progress, None, now);
+        if Some(&status) != update.status.as_ref() {
+            write_status(ctx, api, update, &status).await?;
+        }
+        return Ok(crate::runtime::requeue(LEFTOVER_RETRY));
+    }
+    let message = if started {
+        "the operation's Job was deleted before it finished; the stack runs the operation again"
+    } else {
+        "the Update was deleted before its operation started"
+    };
+    fail_before_start(
+        ctx,
+        api,
+        update,
+        names::UPDATE_REASON_UPDATE_FAILED,
+        message.into(),
+        now,
+    )
+    .await
+}
+
+/// The operation's progress from its Job and pods, and when to look again without an event.
+/// A Job that must start no further pod is told so.
+async fn follow(
+    ctx: &Context,
+    ns: &str,
+    job: &CachedJob,
+    pods: &[&CachedPod],
+    now: &Time,
+) -> Result<(Progress, Duration)> {
+    if should_stop_job(job, pods) {
+        stop_job(ctx, ns, job).await?;
+    }
+    let progress = progress(Some(job), pods, now.0);
+    let recheck = recheck_after(None, None, pods, now.0);
+    if !matches!(progress, Progress::Running { .. }) {
+        return Ok((progress, recheck));
+    }
+    match not_started(job, pods, now.0) {
+        Some(waiting) => waiting_to_start(ctx, ns, job, pods, &waiting, now, progress).await,
+        None => Ok((progress, recheck)),
+    }
+}
+
+/// An operation that has not started: why, from the pod's own status first, then the newest
+/// Warning Event (from the watch); it fails once it has waited too long for that reason.
+async fn waiting_to_start(
+    ctx: &Context,
+    ns: &str,
+    job: &CachedJob,
+    pods: &[&CachedPod],
+    waiting: &NotStarted,
+    now: &Time,
+    running: Progress,
+) -> Result<(Progress, Duration)> {
+    let said = waiting
+        .pod
+        .as_ref()
+        .and_then(|n| pods.iter().find(|p| p.metadata.name.as_ref() == Some(n)))
+        .and_then(|p| pod_start_problem(p));
+    let warning = said.or_else(|| latest_warning(ctx, waiting, job, pods));
+    let mut recheck = recheck_after(
+        Some(waiting),
+        warning.as_ref().map(|(reason, _)| reason.as_str()),
+        pods,
+        now.0,
+    );
+    // "Kubernetes gave no reason" is a fact only once the Warning Events are listed.
+    let knows_why = warning.is_some() || ctx.warnings.filled();
+    if !knows_why {
+        recheck = recheck.min(Duration::from_secs(5));
+    }
+    let progress =
+        if let Some(failed) = start_failure(waiting, warning.clone()).filter(|_| knows_why) {
+            // The Job must not start the pod later, when nobody waits for it any more.
+            stop_job(ctx, ns, job).await?;
+            failed
+        } else if let Some((reason, message)) = warning {
+            Progress::Running {
+                message: format!("waiting for the operation to start: {reason}: {message}"),
+            }
+        } else {
+            running
+        };
+    Ok((progress, recheck))
+}
+
+/// A success hands its outputs (or a preview's saved plan) over; when they cannot be had,
+/// the operation fails after all.
+async fn with_outputs(
+    ctx: &Context,
+    ns: &str,
+    update: &Update,
+    pods: &[&CachedPod],
+    progress: Progress,
+) -> Result<Progress> {
+    let Progress::Succeeded { result, end } = &progress else {
+        return Ok(progress);
+    };
+    let saves_plan = crate::update::plan::saves_plan(update);
+    let collected = match result.outputs_digest.as_deref() {
+        Some(digest) => collect_outputs(ctx, ns, update, pods, digest).await?,
+        None if saves_plan => Err(OutputsUnavailable::NoSavedPlan),
+        None => Ok(()),
+    };
+    let Err(why) = collected else {
+        return Ok(progress);
+    };
+    warn!(%why, "outputs unavailable");
+    let reason = if saves_plan {
+        crate::update::plan::REASON_PLAN_UNAVAILABLE
+    } else {
+        names::UPDATE_REASON_OUTPUTS_UNAVAILABLE
+    };
+    Ok(Progress::Failed {
+        reason: reason.into(),
+        message: format!("the operation succeeded, but {why}"),
+        result: Some(result.clone()),
+        end: end.clone(),
+    })
+}
+
+/// The events of a status just written: a stale lock the runner cleared, the operation's end.
+async fn announce(ctx: &Context, update: &Update, progress: &Progress) {
+    let cleared = match progress {
         Progress::Succeeded { result, .. }
         | Progress::Failed {
             result: Some(result),
@@ -440,10 +535,10 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         } => result.stale_locks_cleared.clone(),
         _ => Vec::new(),
     };
-    if changed && !cleared.is_empty() {
+    if !cleared.is_empty() {
         publish(
-            &ctx,
-            &update,
+            ctx,
+            update,
             EventType::Normal,
             EVENT_STALE_LOCK_CLEARED,
             format!(
@@ -460,22 +555,21 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         .map(|t| t.as_str().to_string())
         .unwrap_or_default();
     let stack = update.spec.stack_name.clone().unwrap_or_default();
-    match &progress {
-        Progress::Succeeded { .. } if changed => {
+    match progress {
+        Progress::Succeeded { .. } => {
             publish(
-                &ctx,
-                &update,
+                ctx,
+                update,
                 EventType::Normal,
                 names::EVENT_UPDATE_SUCCEEDED,
                 format!("{} stack {stack:?}", verb(&kind, true)),
             )
             .await;
-            Ok(Action::await_change())
         }
-        Progress::Failed { message, .. } if changed => {
+        Progress::Failed { message, .. } => {
             publish(
-                &ctx,
-                &update,
+                ctx,
+                update,
                 EventType::Warning,
                 names::EVENT_UPDATE_FAILED,
                 format!(
@@ -484,12 +578,8 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
                 ),
             )
             .await;
-            Ok(Action::await_change())
         }
-        Progress::Succeeded { .. } | Progress::Failed { .. } => Ok(Action::await_change()),
-        // Waits that end by time alone (pods that do not start, image pulls) are looked at
-        // again when due, even without an event.
-        Progress::Running { .. } => Ok(crate::runtime::requeue(recheck)),
+        Progress::Running { .. } => {}
     }
 }
 
@@ -501,7 +591,7 @@ async fn approved_plan(
     ns: &str,
     update: &Update,
     approved: &str,
-) -> Result<std::result::Result<String, String>> {
+) -> Result<std::result::Result<String, PlanUnavailable>> {
     use crate::update::plan::{saved_plan_secret_name, saves_plan, SAVED_PLAN_KEY};
     let stack_of = |u: &Update| {
         u.owner_references()
@@ -518,13 +608,13 @@ async fn approved_plan(
         }
     };
     let Some(preview) = preview else {
-        return Ok(Err("its preview Update is gone".into()));
+        return Ok(Err(PlanUnavailable::PreviewGone));
     };
     if !saves_plan(&preview)
         || stack_of(&preview).is_none()
         || stack_of(&preview) != stack_of(update)
     {
-        return Ok(Err("it is not a plan of this Stack".into()));
+        return Ok(Err(PlanUnavailable::NotOfThisStack));
     }
     let secret = Api::<Secret>::namespaced(ctx.client.clone(), ns)
         .get_opt(&saved_plan_secret_name(approved))
@@ -534,7 +624,7 @@ async fn approved_plan(
         .and_then(|s| s.data)
         .and_then(|d| d.get(SAVED_PLAN_KEY).cloned())
         .and_then(|b| String::from_utf8(b.0).ok());
-    Ok(text.ok_or_else(|| "its saved plan is gone".to_string()))
+    Ok(text.ok_or(PlanUnavailable::SavedPlanGone))
 }
 
 /// Keeps the plan a preview saved (`spec.approval`) in the Secret `<update>-saved-plan`, owned
@@ -544,25 +634,14 @@ async fn keep_saved_plan(
     ns: &str,
     update: &Update,
     plan: Option<String>,
-) -> Result<std::result::Result<(), String>> {
-    use crate::update::plan::{saved_plan_secret_name, SAVED_PLAN_KEY};
+) -> Result<std::result::Result<(), OutputsUnavailable>> {
     let Some(plan) = plan else {
-        return Ok(Err("its pod reported no saved plan".into()));
+        return Ok(Err(OutputsUnavailable::NoSavedPlan));
     };
     if plan.len() > pulumi_operator_api::plan::MAX_SAVED_PLAN_BYTES {
-        return Ok(Err("its saved plan is larger than a plan may be".into()));
+        return Ok(Err(OutputsUnavailable::PlanTooLarge));
     }
-    let name = saved_plan_secret_name(&update.name_any());
-    let secret: Secret = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {
-            "name": name, "namespace": ns, "labels": job_labels(update),
-            "ownerReferences": [update.controller_owner_ref(&())],
-        },
-        "immutable": true,
-        "type": "Opaque",
-        "stringData": {SAVED_PLAN_KEY: plan},
-    }))?;
+    let secret = saved_plan_secret(update, ns, plan);
     create_secret_once(secrets, &secret, update, "saved plan").await
 }
 
@@ -575,89 +654,88 @@ async fn collect_outputs(
     update: &Update,
     pods: &[&CachedPod],
     digest: &str,
-) -> Result<std::result::Result<(), String>> {
-    use pulumi_operator_api::plan::{plan_secret_name, RunPlan, PLAN_KEY};
+) -> Result<std::result::Result<(), OutputsUnavailable>> {
     use pulumi_operator_api::sealed;
-    let name = update.name_any();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let outputs_name = format!("{name}-stack-outputs");
-    let plan: Option<RunPlan> = secrets
-        .get_opt(&plan_secret_name(&name))
-        .await?
-        .filter(|s| owned_by_update(s, update))
-        .and_then(|s| s.data)
-        .and_then(|d| d.get(PLAN_KEY).cloned())
-        .and_then(|b| serde_json::from_slice(&b.0).ok());
-    let Some((plan, key)) = plan.and_then(|p| p.outputs_key.clone().map(|k| (p, k))) else {
-        return Ok(Err(
-            "its plan Secret is gone, so its outputs cannot be opened".into(),
-        ));
+    let Some((plan, key)) = plan_with_key(&secrets, update).await? else {
+        return Ok(Err(OutputsUnavailable::PlanSecretGone));
     };
-    // The pod whose `pulumi` container ended well (its phase may not say so yet).
-    let ended_well = |p: &CachedPod| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref())
-            .into_iter()
-            .flatten()
-            .any(|c| {
-                c.name == names::PULUMI_CONTAINER
-                    && c.state
-                        .as_ref()
-                        .and_then(|s| s.terminated.as_ref())
-                        .is_some_and(|t| t.exit_code == 0)
-            })
+    let Some(pod) = pods.iter().copied().find(|p| pulumi_ended_well(p)) else {
+        return Ok(Err(OutputsUnavailable::PodGone));
     };
-    let Some(pod) = pods.iter().copied().find(|p| ended_well(p)) else {
-        return Ok(Err("its pod is gone, so its outputs cannot be read".into()));
-    };
-    let params = kube::api::LogParams {
-        container: Some(names::PULUMI_CONTAINER.into()),
-        tail_lines: Some(50),
-        ..Default::default()
-    };
-    let log = match Api::<Pod>::namespaced(ctx.client.clone(), ns)
-        .logs(&pod.name_any(), &params)
-        .await
-    {
+    let log = match pod_log(ctx, ns, pod).await? {
         Ok(log) => log,
-        Err(kube::Error::Api(e)) if matches!(e.code, 400 | 404) => {
-            return Ok(Err(format!("its pod's log cannot be read: {}", e.message)))
-        }
-        Err(e) => return Err(e.into()),
+        Err(why) => return Ok(Err(why)),
     };
     let Some(line) = sealed::find_line(&log).filter(|l| sealed::digest(l) == digest) else {
-        return Ok(Err(
-            "its outputs are not in its pod's log as reported".into()
-        ));
+        return Ok(Err(OutputsUnavailable::NotInLog));
     };
     let payload = match sealed::open(&key, line) {
         Ok(p) => p,
-        Err(e) => return Ok(Err(format!("its outputs cannot be opened: {e}"))),
+        Err(e) => return Ok(Err(OutputsUnavailable::CannotOpen(e))),
     };
     if crate::update::plan::saves_plan(update) {
         return keep_saved_plan(&secrets, ns, update, payload.plan).await;
     }
     if payload.plan.is_some() {
-        return Ok(Err(
-            "its pod reported a plan that it was not asked for".into()
-        ));
+        return Ok(Err(OutputsUnavailable::PlanNotAskedFor));
     }
-    let mut labels = plan.outputs_labels.clone();
-    labels.insert("auto.pulumi.com/component".into(), "update".into());
-    labels.insert(names::UPDATE_NAME_LABEL.into(), name.clone());
-    let secret: Secret = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {
-            "name": outputs_name, "namespace": ns, "labels": labels,
-            "annotations": {"pulumi.com/secrets": serde_json::to_string(&payload.secret_keys)?},
-            "ownerReferences": [update.controller_owner_ref(&())],
-        },
-        "immutable": true,
-        "type": "Opaque",
-        "stringData": payload.data,
-    }))?;
+    let secret = outputs_secret(update, ns, &plan.outputs_labels, payload)?;
     create_secret_once(&secrets, &secret, update, "outputs").await
+}
+
+/// This Update's plan (from its own plan Secret) and the key its outputs are sealed with.
+async fn plan_with_key(
+    secrets: &Api<Secret>,
+    update: &Update,
+) -> Result<Option<(RunPlan, String)>> {
+    let plan: Option<RunPlan> = secrets
+        .get_opt(&plan_secret_name(&update.name_any()))
+        .await?
+        .filter(|s| owned_by_update(s, update))
+        .and_then(|s| s.data)
+        .and_then(|d| d.get(PLAN_KEY).cloned())
+        .and_then(|b| serde_json::from_slice(&b.0).ok());
+    Ok(plan.and_then(|p| p.outputs_key.clone().map(|k| (p, k))))
+}
+
+/// Whether the pod's `pulumi` container ended well (its phase may not say so yet).
+fn pulumi_ended_well(p: &CachedPod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.name == names::PULUMI_CONTAINER
+                && c.state
+                    .as_ref()
+                    .and_then(|s| s.terminated.as_ref())
+                    .is_some_and(|t| t.exit_code == 0)
+        })
+}
+
+/// The end of the `pulumi` container's log, where the runner writes the sealed outputs.
+async fn pod_log(
+    ctx: &Context,
+    ns: &str,
+    pod: &CachedPod,
+) -> Result<std::result::Result<String, OutputsUnavailable>> {
+    let params = kube::api::LogParams {
+        container: Some(names::PULUMI_CONTAINER.into()),
+        tail_lines: Some(50),
+        ..Default::default()
+    };
+    match Api::<Pod>::namespaced(ctx.client.clone(), ns)
+        .logs(&pod.name_any(), &params)
+        .await
+    {
+        Ok(log) => Ok(Ok(log)),
+        Err(kube::Error::Api(e)) if matches!(e.code, 400 | 404) => {
+            Ok(Err(OutputsUnavailable::LogUnreadable(e.message)))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Creates a Secret of this Update's (outputs, saved plan) once: a Secret written by a
@@ -666,8 +744,8 @@ async fn create_secret_once(
     secrets: &Api<Secret>,
     secret: &Secret,
     update: &Update,
-    what: &str,
-) -> Result<std::result::Result<(), String>> {
+    what: &'static str,
+) -> Result<std::result::Result<(), OutputsUnavailable>> {
     let name = secret.name_any();
     match secrets.create(&PostParams::default(), secret).await {
         Ok(_) => {
@@ -675,13 +753,16 @@ async fn create_secret_once(
             Ok(Ok(()))
         }
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(match secrets.get_opt(&name).await? {
-            Some(existing) if !owned_by_update(&existing, update) => Err(format!(
-                "a Secret {name} that does not belong to this Update is in the way"
-            )),
+            Some(existing) if !owned_by_update(&existing, update) => {
+                Err(OutputsUnavailable::SecretInTheWay(name))
+            }
             _ => Ok(()),
         }),
         Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => {
-            Ok(Err(format!("its {what} Secret was refused: {}", e.message)))
+            Ok(Err(OutputsUnavailable::SecretRefused {
+                what,
+                message: e.message,
+            }))
         }
         Err(e) => Err(e.into()),
     }
@@ -726,6 +807,12 @@ enum Started {
     Done(Action),
 }
 
+impl From<Action> for Started {
+    fn from(action: Action) -> Self {
+        Started::Done(action)
+    }
+}
+
 /// Creates the operation's objects (program ConfigMap, plan Secret, Job) from its Workspace.
 async fn start(
     update: &Update,
@@ -734,151 +821,14 @@ async fn start(
     api: &Api<Update>,
     now: &Time,
 ) -> Result<Started> {
-    let name = update.name_any();
-    let ws_name = update.spec.workspace_name.clone().unwrap_or_default();
-    let Some(ws) = ctx
-        .stores
-        .workspaces
-        .get(&ObjectRef::new(&ws_name).within(ns))
-        .filter(|w| w.metadata.deletion_timestamp.is_none())
-    else {
-        let waited = jiff::Timestamp::now()
-            .duration_since(
-                update
-                    .metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .map(|t| t.0)
-                    .unwrap_or_else(jiff::Timestamp::now),
-            )
-            .as_secs();
-        if waited >= WORKSPACE_WAIT_SECONDS {
-            let message = format!(
-                "the Workspace {ws_name:?} does not exist (deleted before the operation started); \
-                 the stack re-creates it and runs the operation again"
-            );
-            return fail_before_start(
-                ctx,
-                api,
-                update,
-                names::UPDATE_REASON_WORKSPACE_NOT_FOUND,
-                message,
-                now,
-            )
-            .await
-            .map(Started::Done);
-        }
-        let progress = Progress::Running {
-            message: format!("waiting for the Workspace {ws_name:?}"),
-        };
-        let mut status = status_for(update, &progress, None, now);
-        if let Some(c) = status.conditions.as_mut().and_then(|c| c.first_mut()) {
-            c.status = names::STATUS_FALSE.into();
-            c.reason = names::UPDATE_REASON_WORKSPACE_NOT_FOUND.into();
-        }
-        if Some(&status) != update.status.as_ref() {
-            write_status(ctx, api, update, &status).await?;
-        }
-        return Ok(Started::Done(crate::runtime::requeue(Duration::from_secs(
-            10,
-        ))));
-    };
-    let wanted_generation = update
-        .annotations()
-        .get(crate::update::annotations::WORKSPACE_GENERATION_ANNOTATION)
-        .and_then(|g| g.parse::<i64>().ok())
-        .unwrap_or(0);
-    if ws.metadata.generation.unwrap_or(0) < wanted_generation {
-        // The cache has not seen the Workspace this Update was made for yet; its watch event
-        // triggers this reconcile again.
-        return Ok(Started::Done(crate::runtime::requeue(Duration::from_secs(
-            1,
-        ))));
-    }
-    let plan = match build_plan(update, &ws) {
-        Ok(mut p) => {
-            // The outputs come back sealed with this key in the pod's log (see `sealed`).
-            p.outputs_key = Some(pulumi_operator_api::sealed::new_key()?);
-            p
-        }
-        Err(message) => {
-            return fail_before_start(ctx, api, update, "InvalidUpdate", message, now)
-                .await
-                .map(Started::Done);
-        }
-    };
-    let mut plan = plan;
-    if let Some(approved) = crate::update::plan::applied_plan(update) {
-        match approved_plan(ctx, ns, update, approved).await? {
-            Ok(text) => plan.apply_plan = Some(text),
-            Err(why) => {
-                let message = format!(
-                    "the approved plan {approved} cannot be applied: {why}; the Stack saves a new \
-                     plan for approval"
-                );
-                return fail_before_start(
-                    ctx,
-                    api,
-                    update,
-                    crate::update::plan::REASON_PLAN_UNAVAILABLE,
-                    message,
-                    now,
-                )
-                .await
-                .map(Started::Done);
-            }
-        }
-    }
+    let ws = go_on!(ready_workspace(update, ctx, ns, api, now).await?);
+    let plan = go_on!(run_plan(update, ctx, ns, api, now, &ws).await?);
     let program = matches!(plan.source, Some(Source::Program { .. }));
     let mut objects: Vec<Created> = Vec::new();
     if program {
-        let url = ws
-            .spec
-            .flux
-            .as_ref()
-            .and_then(|f| f.url.clone())
-            .unwrap_or_default();
-        let program_name = url
-            .trim_start_matches(PROGRAM_SCHEME)
-            .rsplit('/')
-            .next()
-            .unwrap_or_default()
-            .to_string();
-        let found = match ctx
-            .stores
-            .programs
-            .get(&ObjectRef::new(&program_name).within(ns))
-        {
-            Some(p) => Some((*p).clone()),
-            // The cache may not have a Program created a moment ago: ask before failing.
-            None => {
-                Api::<pulumi_operator_api::Program>::namespaced(ctx.client.clone(), ns)
-                    .get_opt(&program_name)
-                    .await?
-            }
-        };
-        let Some(p) = found else {
-            let message = format!("the Program {program_name:?} does not exist");
-            return fail_before_start(ctx, api, update, "SourceUnavailable", message, now)
-                .await
-                .map(Started::Done);
-        };
-        let rendered = render_project(&p.name_any(), p.spec.program.as_ref())?;
-        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": program_config_map_name(&name), "namespace": ns, "labels": job_labels(update),
-                         "ownerReferences": [update.controller_owner_ref(&())]},
-            "immutable": true,
-            "data": {"Pulumi.yaml": rendered},
-        }))?;
-        objects.push(
-            create_owned(
-                &Api::<ConfigMap>::namespaced(ctx.client.clone(), ns),
-                &cm,
-                update,
-            )
-            .await?,
-        );
+        objects.push(go_on!(
+            create_program_config_map(update, ctx, ns, api, now, &ws).await?
+        ));
     }
     objects.push(
         create_owned(
@@ -891,28 +841,7 @@ async fn start(
     if let Some(done) = blocked_or_rejected(ctx, api, update, &objects, now).await? {
         return Ok(Started::Done(done));
     }
-    let cfg = JobConfig {
-        runner_image: ctx.config.runner_image.clone(),
-        runner_pull_policy: ctx.config.runner_image_pull_policy.clone(),
-    };
-    let job = build_job(update, &ws, &cfg, program)?;
-    let pod_spec = serde_json::to_value(job.spec.as_ref().and_then(|s| s.template.spec.as_ref()))?;
-    if let Err(why) = crate::runtime::policy::check_pod(ns, &pod_spec, &ctx.policy) {
-        warn!(%why, "operation not allowed");
-        return fail_before_start(ctx, api, update, names::REASON_NOT_ALLOWED, why, now)
-            .await
-            .map(Started::Done);
-    }
-    let created = create_owned(
-        &Api::<Job>::namespaced(ctx.client.clone(), ns),
-        &job,
-        update,
-    )
-    .await?;
-    if let Some(done) = blocked_or_rejected(ctx, api, update, &[created], now).await? {
-        return Ok(Started::Done(done));
-    }
-    info!(job = %name, "job created");
+    go_on!(create_job(update, ctx, ns, api, now, &ws, program).await?);
     // `startTime` records that this Update has had a Job: it never gets a second one.
     let starting = Progress::Running {
         message: crate::update::status::RUNNING_MESSAGE.into(),
@@ -925,6 +854,227 @@ async fn start(
     )
     .await?;
     Ok(Started::Job)
+}
+
+/// The Workspace the operation runs in, once the cache has the generation this Update was
+/// made for. One that does not come is waited for a while, then the Update fails.
+async fn ready_workspace(
+    update: &Update,
+    ctx: &Context,
+    ns: &str,
+    api: &Api<Update>,
+    now: &Time,
+) -> Result<ControlFlow<Action, Arc<Workspace>>> {
+    let ws_name = update.spec.workspace_name.clone().unwrap_or_default();
+    let Some(ws) = ctx
+        .stores
+        .workspaces
+        .get(&ObjectRef::new(&ws_name).within(ns))
+        .filter(|w| w.metadata.deletion_timestamp.is_none())
+    else {
+        return no_workspace(update, ctx, api, now, &ws_name)
+            .await
+            .map(ControlFlow::Break);
+    };
+    let wanted_generation = update
+        .annotations()
+        .get(crate::update::annotations::WORKSPACE_GENERATION_ANNOTATION)
+        .and_then(|g| g.parse::<i64>().ok())
+        .unwrap_or(0);
+    if ws.metadata.generation.unwrap_or(0) < wanted_generation {
+        // The cache has not seen the Workspace this Update was made for yet; its watch event
+        // triggers this reconcile again.
+        return Ok(ControlFlow::Break(crate::runtime::requeue(
+            Duration::from_secs(1),
+        )));
+    }
+    Ok(ControlFlow::Continue(ws))
+}
+
+/// No Workspace `ws_name` (yet): waited for [`WORKSPACE_WAIT_SECONDS`] after the Update's
+/// creation, then the Update fails.
+async fn no_workspace(
+    update: &Update,
+    ctx: &Context,
+    api: &Api<Update>,
+    now: &Time,
+    ws_name: &str,
+) -> Result<Action> {
+    let waited = jiff::Timestamp::now()
+        .duration_since(
+            update
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0)
+                .unwrap_or_else(jiff::Timestamp::now),
+        )
+        .as_secs();
+    if waited >= WORKSPACE_WAIT_SECONDS {
+        let message = format!(
+            "the Workspace {ws_name:?} does not exist (deleted before the operation started); \
+             the stack re-creates it and runs the operation again"
+        );
+        return fail_before_start(
+            ctx,
+            api,
+            update,
+            names::UPDATE_REASON_WORKSPACE_NOT_FOUND,
+            message,
+            now,
+        )
+        .await;
+    }
+    let progress = Progress::Running {
+        message: format!("waiting for the Workspace {ws_name:?}"),
+    };
+    let mut status = status_for(update, &progress, None, now);
+    if let Some(c) = status.conditions.as_mut().and_then(|c| c.first_mut()) {
+        c.status = names::STATUS_FALSE.into();
+        c.reason = names::UPDATE_REASON_WORKSPACE_NOT_FOUND.into();
+    }
+    if Some(&status) != update.status.as_ref() {
+        write_status(ctx, api, update, &status).await?;
+    }
+    Ok(crate::runtime::requeue(Duration::from_secs(10)))
+}
+
+/// The runner's plan, with a new key to seal the outputs with and the approved plan an `up`
+/// applies. An Update that cannot have one fails.
+async fn run_plan(
+    update: &Update,
+    ctx: &Context,
+    ns: &str,
+    api: &Api<Update>,
+    now: &Time,
+    ws: &Workspace,
+) -> Result<ControlFlow<Action, RunPlan>> {
+    let mut plan = match build_plan(update, ws) {
+        Ok(p) => p,
+        Err(invalid) => {
+            return fail_before_start(ctx, api, update, "InvalidUpdate", invalid.to_string(), now)
+                .await
+                .map(ControlFlow::Break);
+        }
+    };
+    // The outputs come back sealed with this key in the pod's log (see `sealed`).
+    plan.outputs_key = Some(pulumi_operator_api::sealed::new_key()?);
+    let Some(approved) = crate::update::plan::applied_plan(update) else {
+        return Ok(ControlFlow::Continue(plan));
+    };
+    match approved_plan(ctx, ns, update, approved).await? {
+        Ok(text) => {
+            plan.apply_plan = Some(text);
+            Ok(ControlFlow::Continue(plan))
+        }
+        Err(why) => {
+            let message = format!(
+                "the approved plan {approved} cannot be applied: {why}; the Stack saves a new \
+                 plan for approval"
+            );
+            fail_before_start(
+                ctx,
+                api,
+                update,
+                crate::update::plan::REASON_PLAN_UNAVAILABLE,
+                message,
+                now,
+            )
+            .await
+            .map(ControlFlow::Break)
+        }
+    }
+}
+
+/// Creates the ConfigMap with the rendered Pulumi.yaml of the Workspace's Program. A missing
+/// Program fails the Update.
+async fn create_program_config_map(
+    update: &Update,
+    ctx: &Context,
+    ns: &str,
+    api: &Api<Update>,
+    now: &Time,
+    ws: &Workspace,
+) -> Result<ControlFlow<Action, Created>> {
+    let url = ws
+        .spec
+        .flux
+        .as_ref()
+        .and_then(|f| f.url.clone())
+        .unwrap_or_default();
+    let program_name = url
+        .trim_start_matches(PROGRAM_SCHEME)
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let found = match ctx
+        .stores
+        .programs
+        .get(&ObjectRef::new(&program_name).within(ns))
+    {
+        Some(p) => Some((*p).clone()),
+        // The cache may not have a Program created a moment ago: ask before failing.
+        None => {
+            Api::<pulumi_operator_api::Program>::namespaced(ctx.client.clone(), ns)
+                .get_opt(&program_name)
+                .await?
+        }
+    };
+    let Some(p) = found else {
+        let message = format!("the Program {program_name:?} does not exist");
+        return fail_before_start(ctx, api, update, "SourceUnavailable", message, now)
+            .await
+            .map(ControlFlow::Break);
+    };
+    let rendered = render_project(&p.name_any(), p.spec.program.as_ref())?;
+    let cm = crate::update::objects::program_config_map(update, ns, rendered);
+    let api_cm = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns);
+    Ok(ControlFlow::Continue(
+        create_owned(&api_cm, &cm, update).await?,
+    ))
+}
+
+/// Creates the Job, if the operator's policy allows its pod.
+async fn create_job(
+    update: &Update,
+    ctx: &Context,
+    ns: &str,
+    api: &Api<Update>,
+    now: &Time,
+    ws: &Workspace,
+    program: bool,
+) -> Result<ControlFlow<Action>> {
+    let cfg = JobConfig {
+        runner_image: ctx.config.runner_image.clone(),
+        runner_pull_policy: ctx.config.runner_image_pull_policy.clone(),
+    };
+    let job = build_job(update, ws, &cfg, program)?;
+    let pod_spec = serde_json::to_value(job.spec.as_ref().and_then(|s| s.template.spec.as_ref()))?;
+    if let Err(why) = crate::runtime::policy::check_pod(ns, &pod_spec, &ctx.policy) {
+        warn!(%why, "operation not allowed");
+        return fail_before_start(
+            ctx,
+            api,
+            update,
+            names::REASON_NOT_ALLOWED,
+            why.to_string(),
+            now,
+        )
+        .await
+        .map(ControlFlow::Break);
+    }
+    let created = create_owned(
+        &Api::<Job>::namespaced(ctx.client.clone(), ns),
+        &job,
+        update,
+    )
+    .await?;
+    if let Some(done) = blocked_or_rejected(ctx, api, update, &[created], now).await? {
+        return Ok(ControlFlow::Break(done));
+    }
+    info!(job = %update.name_any(), "job created");
+    Ok(ControlFlow::Continue(()))
 }
 
 /// Ends this reconcile when an object could not be created: a leftover is waited for, a

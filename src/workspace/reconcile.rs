@@ -33,6 +33,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use pulumi_operator_api::{names, Stack, Workspace, WorkspaceReclaimPolicy, WorkspaceStatus};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
@@ -376,9 +377,21 @@ async fn reclaim(
     Ok(action)
 }
 
-/// The rendered Pulumi.yaml when the Workspace's source is a Program; `Err` names what is
-/// missing.
-fn program(ws: &Workspace, ctx: &Context, ns: &str) -> std::result::Result<Option<String>, String> {
+/// Why the Program of a Workspace whose source is a Program cannot be had.
+#[derive(thiserror::Error, Debug)]
+enum ProgramError {
+    #[error("the Program {0:?} does not exist")]
+    Missing(String),
+    #[error("cannot render the Program {program:?}: {error}")]
+    Unrenderable { program: String, error: Error },
+}
+
+/// The rendered Pulumi.yaml when the Workspace's source is a Program.
+fn program(
+    ws: &Workspace,
+    ctx: &Context,
+    ns: &str,
+) -> std::result::Result<Option<String>, ProgramError> {
     let Some(url) = ws.spec.flux.as_ref().and_then(|f| f.url.as_deref()) else {
         return Ok(None);
     };
@@ -390,10 +403,13 @@ fn program(ws: &Workspace, ctx: &Context, ns: &str) -> std::result::Result<Optio
         .stores
         .programs
         .get(&ObjectRef::new(program).within(ns))
-        .ok_or_else(|| format!("the Program {program:?} does not exist"))?;
+        .ok_or_else(|| ProgramError::Missing(program.to_string()))?;
     crate::program::render_project(&p.name_any(), p.spec.program.as_ref())
         .map(Some)
-        .map_err(|e| format!("cannot render the Program {program:?}: {e}"))
+        .map_err(|error| ProgramError::Unrenderable {
+            program: program.to_string(),
+            error,
+        })
 }
 
 /// `Retain`: apply the StatefulSet and its plan Secret when they changed.
@@ -404,95 +420,15 @@ async fn retain(
     sts: Option<Arc<StatefulSet>>,
     claim: Option<Arc<PersistentVolumeClaim>>,
 ) -> Result<(Observed, Action)> {
-    let problem = |p: String| Observed::Retained {
-        cache_bound: false,
-        rolled_out: false,
-        ready: false,
-        problem: Some(p),
-    };
-    let program = match program(ws, ctx, ns) {
-        Ok(p) => p,
-        Err(message) => {
-            warn!(%message, "cannot build the retained workspace");
-            return Ok((problem(message), crate::runtime::requeue(PROGRAM_RETRY)));
-        }
-    };
-    let cfg = JobConfig {
-        runner_image: ctx.config.runner_image.clone(),
-        runner_pull_policy: ctx.config.runner_image_pull_policy.clone(),
-    };
-    let desired = match retained::desired(ws, &cfg, program) {
-        Ok(d) => d,
-        Err(message) => {
-            warn!(%message, "cannot build the retained workspace");
-            return Ok((problem(message), Action::await_change()));
-        }
+    let desired = match build(ws, ctx, ns) {
+        ControlFlow::Continue(desired) => desired,
+        ControlFlow::Break(end) => return Ok(end),
     };
     let live = sts.filter(|s| s.metadata.deletion_timestamp.is_none());
-    let applied = live
-        .as_ref()
-        .and_then(|s| s.annotations().get(APPLIED_HASH_ANNOTATION).cloned());
-    let sts_api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), ns);
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let pp = PatchParams::apply(names::FIELD_MANAGER).force();
-    let mut current = live.as_deref().cloned();
-    if applied.as_deref() != Some(desired.hash.as_str()) {
-        let sts_name = statefulset_name(&ws.name_any());
-        // The plan first when the StatefulSet exists (a rolled pod reads the new plan);
-        // a new StatefulSet first (the Secret is owned by it; its pod waits for the Secret).
-        if let Some(existing) = live.as_deref() {
-            let secret = retained::build_plan_secret(ws, &desired, existing)?;
-            secrets
-                .patch(&secret.name_any(), &pp, &Patch::Apply(&secret))
-                .await?;
-        }
-        match sts_api
-            .patch(&sts_name, &pp, &Patch::Apply(&desired.statefulset))
-            .await
-        {
-            Ok(s) => {
-                if live.is_none() {
-                    let secret = retained::build_plan_secret(ws, &desired, &s)?;
-                    secrets
-                        .patch(&secret.name_any(), &pp, &Patch::Apply(&secret))
-                        .await?;
-                }
-                info!(statefulset = %sts_name, revision = %desired.plan.workspace.revision, "retained workspace applied");
-                current = Some(s);
-            }
-            // An immutable field changed (e.g. a StatefulSet PKO created): recreate it, as PKO
-            // does. Orphaning keeps the plan Secret and the pod for the new StatefulSet.
-            Err(kube::Error::Api(e)) if e.code == 422 => {
-                warn!(statefulset = %sts_name, "cannot update the StatefulSet ({}); recreating it", e.message);
-                sts_api
-                    .delete(
-                        &sts_name,
-                        &DeleteParams {
-                            propagation_policy: Some(kube::api::PropagationPolicy::Orphan),
-                            ..Default::default()
-                        },
-                    )
-                    .await?;
-                publish(
-                    ctx,
-                    ws,
-                    names::EVENT_MIGRATED,
-                    format!("StatefulSet {sts_name} recreated: {}", e.message),
-                )
-                .await;
-                return Ok((
-                    Observed::Retained {
-                        cache_bound: false,
-                        rolled_out: false,
-                        ready: false,
-                        problem: None,
-                    },
-                    crate::runtime::requeue(MIGRATE_RETRY),
-                ));
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+    let current = match apply(ws, ctx, ns, live.as_deref(), &desired).await? {
+        ControlFlow::Continue(current) => current,
+        ControlFlow::Break(end) => return Ok(end),
+    };
     let cache_bound = current.is_some()
         && claim.is_some_and(|c| {
             c.metadata.deletion_timestamp.is_none()
@@ -508,6 +444,129 @@ async fn retain(
         },
         Action::await_change(),
     ))
+}
+
+/// What a retained workspace is made of, or, when it cannot be built, the problem to show.
+fn build(
+    ws: &Workspace,
+    ctx: &Context,
+    ns: &str,
+) -> ControlFlow<(Observed, Action), retained::Desired> {
+    let program = match program(ws, ctx, ns) {
+        Ok(p) => p,
+        Err(e) => return ControlFlow::Break(cannot_build(e.to_string(), Some(PROGRAM_RETRY))),
+    };
+    let cfg = JobConfig {
+        runner_image: ctx.config.runner_image.clone(),
+        runner_pull_policy: ctx.config.runner_image_pull_policy.clone(),
+    };
+    match retained::desired(ws, &cfg, program) {
+        Ok(d) => ControlFlow::Continue(d),
+        Err(e) => ControlFlow::Break(cannot_build(e.to_string(), None)),
+    }
+}
+
+/// A retained workspace that cannot be built: its problem, looked at again after `retry`
+/// (else on the next change).
+fn cannot_build(message: String, retry: Option<Duration>) -> (Observed, Action) {
+    warn!(%message, "cannot build the retained workspace");
+    let action = retry.map_or_else(Action::await_change, crate::runtime::requeue);
+    (
+        Observed::Retained {
+            cache_bound: false,
+            rolled_out: false,
+            ready: false,
+            problem: Some(message),
+        },
+        action,
+    )
+}
+
+/// Applies the StatefulSet and its plan Secret unless the live StatefulSet carries the
+/// desired hash: the StatefulSet as it is now, or the end of this reconcile when it had to be
+/// deleted to be recreated.
+async fn apply(
+    ws: &Workspace,
+    ctx: &Context,
+    ns: &str,
+    live: Option<&StatefulSet>,
+    desired: &retained::Desired,
+) -> Result<ControlFlow<(Observed, Action), Option<StatefulSet>>> {
+    let applied = live.and_then(|s| s.annotations().get(APPLIED_HASH_ANNOTATION));
+    if applied.map(String::as_str) == Some(desired.hash.as_str()) {
+        return Ok(ControlFlow::Continue(live.cloned()));
+    }
+    let sts_api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), ns);
+    let pp = PatchParams::apply(names::FIELD_MANAGER).force();
+    let sts_name = statefulset_name(&ws.name_any());
+    // The plan first when the StatefulSet exists (a rolled pod reads the new plan);
+    // a new StatefulSet first (the Secret is owned by it; its pod waits for the Secret).
+    if let Some(existing) = live {
+        apply_plan_secret(ws, ctx, ns, desired, existing).await?;
+    }
+    match sts_api
+        .patch(&sts_name, &pp, &Patch::Apply(&desired.statefulset))
+        .await
+    {
+        Ok(s) => {
+            if live.is_none() {
+                apply_plan_secret(ws, ctx, ns, desired, &s).await?;
+            }
+            info!(statefulset = %sts_name, revision = %desired.plan.workspace.revision, "retained workspace applied");
+            Ok(ControlFlow::Continue(Some(s)))
+        }
+        // An immutable field changed (e.g. a StatefulSet PKO created): recreate it, as PKO
+        // does. Orphaning keeps the plan Secret and the pod for the new StatefulSet.
+        Err(kube::Error::Api(e)) if e.code == 422 => {
+            warn!(statefulset = %sts_name, "cannot update the StatefulSet ({}); recreating it", e.message);
+            sts_api
+                .delete(
+                    &sts_name,
+                    &DeleteParams {
+                        propagation_policy: Some(kube::api::PropagationPolicy::Orphan),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            publish(
+                ctx,
+                ws,
+                names::EVENT_MIGRATED,
+                format!("StatefulSet {sts_name} recreated: {}", e.message),
+            )
+            .await;
+            let recreating = Observed::Retained {
+                cache_bound: false,
+                rolled_out: false,
+                ready: false,
+                problem: None,
+            };
+            Ok(ControlFlow::Break((
+                recreating,
+                crate::runtime::requeue(MIGRATE_RETRY),
+            )))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Applies the plan Secret, owned by the StatefulSet `owner`.
+async fn apply_plan_secret(
+    ws: &Workspace,
+    ctx: &Context,
+    ns: &str,
+    desired: &retained::Desired,
+    owner: &StatefulSet,
+) -> Result<()> {
+    let secret = retained::build_plan_secret(ws, desired, owner)?;
+    Api::<Secret>::namespaced(ctx.client.clone(), ns)
+        .patch(
+            &secret.name_any(),
+            &PatchParams::apply(names::FIELD_MANAGER).force(),
+            &Patch::Apply(&secret),
+        )
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -20,9 +20,15 @@ pub use crate::update::cache::{
     add_cache_mount, cache_claim_name, pod_name, selector_labels, statefulset_name, CACHE_SIZE,
     CACHE_VOLUME,
 };
+use crate::update::errors::InvalidUpdate;
 use crate::update::job::{build_job, build_plan, JobConfig};
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::core::v1::{
+    Container, ExecAction, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodTemplateSpec,
+    Probe, Secret, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 use pulumi_operator_api::names;
 use pulumi_operator_api::plan::{self, OperationOptions, RetainedWorkspace, Source, WorkspacePlan};
@@ -70,7 +76,7 @@ pub fn revision(ws: &Workspace) -> String {
 
 /// The Update-shaped input `build_plan` and `build_job` take: `<ws>-workspace`, the
 /// Workspace's (first) stack, no operation of its own.
-fn workspace_update(ws: &Workspace) -> Result<Update, String> {
+fn workspace_update(ws: &Workspace) -> Result<Update, WorkspaceError> {
     let stack = ws
         .spec
         .stacks
@@ -79,7 +85,7 @@ fn workspace_update(ws: &Workspace) -> Result<Update, String> {
         .next()
         .map(|s| s.name.clone())
         .filter(|s| !s.is_empty())
-        .ok_or("the Workspace names no stack (spec.stacks)")?;
+        .ok_or(WorkspaceError::NoStack)?;
     let mut u = Update::new(
         &statefulset_name(&ws.name_any()),
         UpdateSpec {
@@ -99,7 +105,7 @@ fn workspace_update(ws: &Workspace) -> Result<Update, String> {
 
 /// The workspace pod's plan: the source and the stack of an Update's plan, nothing else.
 /// A Program is read from the plan Secret itself (key `Pulumi.yaml`).
-pub fn build_workspace_plan(ws: &Workspace) -> Result<WorkspacePlan, String> {
+pub fn build_workspace_plan(ws: &Workspace) -> Result<WorkspacePlan, WorkspaceError> {
     let mut p = build_plan(&workspace_update(ws)?, ws)?;
     p.update_name.clear();
     p.update_uid.clear();
@@ -140,109 +146,175 @@ fn sha256_hex(parts: &[&str]) -> String {
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Why a retained workspace cannot be built. The messages are the Workspace's `Ready`
+/// condition's.
+#[derive(thiserror::Error, Debug)]
+pub enum WorkspaceError {
+    #[error("the Workspace names no stack (spec.stacks)")]
+    NoStack,
+    #[error(transparent)]
+    Invalid(#[from] InvalidUpdate),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error("cannot build the pod template")]
+    NoPodTemplate,
+}
+
 /// The StatefulSet, plan and hash of a retained workspace. `program` is the rendered
 /// Pulumi.yaml when the Workspace's source is a Program. The error explains what is invalid.
 pub fn desired(
     ws: &Workspace,
     cfg: &JobConfig,
     program: Option<String>,
-) -> Result<Desired, String> {
-    let name = ws.name_any();
-    let sts_name = statefulset_name(&name);
+) -> Result<Desired, WorkspaceError> {
     let plan = build_workspace_plan(ws)?;
-    let update = workspace_update(ws)?;
-    // The update Job's pod, without a Job's own cache mount (the StatefulSet mounts it from
-    // its claim template).
-    let mut bare = ws.clone();
-    bare.status = None;
-    let job = build_job(&update, &bare, cfg, false).map_err(|e| e.to_string())?;
-    let template = job
-        .spec
-        .and_then(|s| serde_json::to_value(s.template).ok())
-        .ok_or("cannot build the pod template")?;
-    let mut template = template;
     let labels = labels(ws);
-    {
-        let meta = &mut template["metadata"];
-        let mut pod_labels: BTreeMap<String, String> =
-            serde_json::from_value(meta["labels"].clone()).unwrap_or_default();
-        pod_labels.remove(names::UPDATE_NAME_LABEL);
-        pod_labels.extend(labels.clone());
-        meta["labels"] = json!(pod_labels);
-        // PKO's pod replacement trigger: any change of the Workspace's generation or source
-        // rolls the pod, which then fetches and prepares the new revision.
-        let source = json!({"generation": ws.metadata.generation, "git": ws.spec.git,
-                            "flux": ws.spec.flux, "local": ws.spec.local,
-                            "projectInfo": ws.spec.project_info});
-        let hash = sha256_hex(&[&source.to_string()]);
-        meta["annotations"][names::REVISION_HASH_ANNOTATION] = json!(hash[..32]);
-    }
-    let spec = &mut template["spec"];
-    spec["restartPolicy"] = json!("Always");
+    let mut template = job_pod_template(ws, cfg)?;
+    let meta = template.metadata.get_or_insert_with(ObjectMeta::default);
+    let mut pod_labels = meta.labels.take().unwrap_or_default();
+    pod_labels.remove(names::UPDATE_NAME_LABEL);
+    pod_labels.extend(labels.clone());
+    meta.labels = Some(pod_labels);
+    meta.annotations.get_or_insert_with(BTreeMap::new).insert(
+        names::REVISION_HASH_ANNOTATION.to_string(),
+        revision_hash(ws),
+    );
+    let spec = template
+        .spec
+        .as_mut()
+        .ok_or(WorkspaceError::NoPodTemplate)?;
+    spec.restart_policy = Some("Always".into());
     add_cache_mount(spec);
-    if let Some(containers) = spec["containers"].as_array_mut() {
-        for c in containers
-            .iter_mut()
-            .filter(|c| c["name"] == names::PULUMI_CONTAINER)
-        {
-            c["command"] = json!([plan::RUNNER_BINARY, "workspace"]);
-            if c.get("workingDir").is_none() {
-                c["workingDir"] = json!(plan::WORKSPACE_DIR);
-            }
-            if c.get("readinessProbe").is_none() {
-                c["readinessProbe"] = json!({
-                    "exec": {"command": [plan::RUNNER_BINARY, "workspace", "--check"]},
-                    "periodSeconds": 2, "failureThreshold": 1, "timeoutSeconds": 5,
-                });
-            }
-        }
+    for c in spec
+        .containers
+        .iter_mut()
+        .filter(|c| c.name == names::PULUMI_CONTAINER)
+    {
+        run_workspace(c);
     }
-    let mut claim_meta = json!({"name": CACHE_VOLUME, "labels": labels});
-    // The StatefulSet controller copies the template's metadata into the claim: owned by the
-    // Workspace, the cache goes when the Stack goes (StatefulSets of Kubernetes < 1.27 never
-    // delete their claims).
-    if let Some(owner) = ws.controller_owner_ref(&()) {
-        let mut o = serde_json::to_value(owner).map_err(|e| e.to_string())?;
-        o["controller"] = json!(false);
-        claim_meta["ownerReferences"] = json!([o]);
-    }
-    let mut sts = json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {
-            "name": sts_name,
-            "namespace": ws.namespace(),
-            "labels": labels,
-            "ownerReferences": [serde_json::to_value(ws.controller_owner_ref(&())).map_err(|e| e.to_string())?],
-        },
-        "spec": {
-            "replicas": 1,
-            "serviceName": sts_name,
-            // Parallel rolls past a pod that never became ready (PKO, issue 801).
-            "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": selector_labels(&name)},
-            "template": template,
-            "volumeClaimTemplates": [{
-                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                "metadata": claim_meta,
-                "spec": {"accessModes": ["ReadWriteOnce"],
-                         "resources": {"requests": {"storage": CACHE_SIZE}}},
-            }],
-        }
-    });
-    let plan_text = serde_json::to_string(&plan).map_err(|e| e.to_string())?;
+    let mut statefulset = statefulset(ws, template, labels);
+    let plan_text = serde_json::to_string(&plan)?;
     let hash = sha256_hex(&[
-        &sts.to_string(),
+        &serde_json::to_value(&statefulset)?.to_string(),
         &plan_text,
         program.as_deref().unwrap_or(""),
     ]);
-    sts["metadata"]["annotations"] = json!({APPLIED_HASH_ANNOTATION: hash});
-    let statefulset = serde_json::from_value(sts).map_err(|e| e.to_string())?;
+    statefulset.metadata.annotations =
+        Some([(APPLIED_HASH_ANNOTATION.to_string(), hash.clone())].into());
     Ok(Desired {
         statefulset,
         plan,
         program,
         hash,
     })
+}
+
+/// The update Job's pod template, without a Job's own cache mount (the StatefulSet mounts it
+/// from its claim template).
+fn job_pod_template(ws: &Workspace, cfg: &JobConfig) -> Result<PodTemplateSpec, WorkspaceError> {
+    let update = workspace_update(ws)?;
+    let mut bare = ws.clone();
+    bare.status = None;
+    let job = build_job(&update, &bare, cfg, false)?;
+    job.spec
+        .map(|s| s.template)
+        .ok_or(WorkspaceError::NoPodTemplate)
+}
+
+/// PKO's pod replacement trigger: any change of the Workspace's generation or source rolls
+/// the pod, which then fetches and prepares the new revision.
+fn revision_hash(ws: &Workspace) -> String {
+    // A hash of this JSON text (its keys sorted): changing its shape would roll every pod.
+    let source = json!({"generation": ws.metadata.generation, "git": ws.spec.git,
+                        "flux": ws.spec.flux, "local": ws.spec.local,
+                        "projectInfo": ws.spec.project_info});
+    sha256_hex(&[&source.to_string()])[..32].to_string()
+}
+
+/// The `pulumi` container runs `pulumi-runner workspace` in the workspace directory, ready
+/// once the workspace is prepared (unless the template says otherwise).
+fn run_workspace(c: &mut Container) {
+    c.command = Some(vec![plan::RUNNER_BINARY.into(), "workspace".into()]);
+    if c.working_dir.is_none() {
+        c.working_dir = Some(plan::WORKSPACE_DIR.into());
+    }
+    if c.readiness_probe.is_none() {
+        c.readiness_probe = Some(Probe {
+            exec: Some(ExecAction {
+                command: Some(vec![
+                    plan::RUNNER_BINARY.into(),
+                    "workspace".into(),
+                    "--check".into(),
+                ]),
+            }),
+            period_seconds: Some(2),
+            failure_threshold: Some(1),
+            timeout_seconds: Some(5),
+            ..Default::default()
+        });
+    }
+}
+
+/// The StatefulSet `<ws>-workspace` around the pod template, owned by the Workspace.
+fn statefulset(
+    ws: &Workspace,
+    template: PodTemplateSpec,
+    labels: BTreeMap<String, String>,
+) -> StatefulSet {
+    let name = ws.name_any();
+    let sts_name = statefulset_name(&name);
+    StatefulSet {
+        metadata: ObjectMeta {
+            name: Some(sts_name.clone()),
+            namespace: ws.namespace(),
+            labels: Some(labels.clone()),
+            owner_references: Some(ws.controller_owner_ref(&()).into_iter().collect()),
+            ..Default::default()
+        },
+        spec: Some(StatefulSetSpec {
+            replicas: Some(1),
+            service_name: Some(sts_name),
+            // Parallel rolls past a pod that never became ready (PKO, issue 801).
+            pod_management_policy: Some("Parallel".into()),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(&name)),
+                match_expressions: None,
+            },
+            template,
+            volume_claim_templates: Some(vec![cache_claim_template(ws, labels)]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The cache claim's template. The StatefulSet controller copies its metadata into the claim:
+/// owned by the Workspace, the cache goes when the Stack goes (StatefulSets of Kubernetes
+/// < 1.27 never delete their claims).
+fn cache_claim_template(ws: &Workspace, labels: BTreeMap<String, String>) -> PersistentVolumeClaim {
+    let owner = ws.controller_owner_ref(&()).map(|o| {
+        vec![OwnerReference {
+            controller: Some(false),
+            ..o
+        }]
+    });
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(CACHE_VOLUME.into()),
+            labels: Some(labels),
+            owner_references: owner,
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some([("storage".to_string(), Quantity(CACHE_SIZE.into()))].into()),
+                limits: None,
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    }
 }
 
 /// The plan Secret `<ws>-workspace-plan`, owned by the StatefulSet (it goes with it).
@@ -259,17 +331,22 @@ pub fn build_plan_secret(
     if let Some(p) = &desired.program {
         data.insert(plan::WORKSPACE_PROGRAM_KEY.to_string(), p.clone());
     }
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {
-            "name": plan::workspace_plan_secret_name(&ws.name_any()),
-            "namespace": ws.namespace(),
-            "labels": labels(ws),
-            "ownerReferences": owner.controller_owner_ref(&()).map(|mut o| { o.controller = Some(false); o }).into_iter().collect::<Vec<_>>(),
+    let owner = owner.controller_owner_ref(&()).map(|o| OwnerReference {
+        controller: Some(false),
+        ..o
+    });
+    Ok(Secret {
+        metadata: ObjectMeta {
+            name: Some(plan::workspace_plan_secret_name(&ws.name_any())),
+            namespace: ws.namespace(),
+            labels: Some(labels(ws)),
+            owner_references: Some(owner.into_iter().collect()),
+            ..Default::default()
         },
-        "type": "Opaque",
-        "stringData": data,
-    }))
+        type_: Some("Opaque".into()),
+        string_data: Some(data),
+        ..Default::default()
+    })
 }
 
 #[cfg(test)]
@@ -528,6 +605,7 @@ mod tests {
         ws.spec.stacks = None;
         assert!(desired(&ws, &cfg(), None)
             .unwrap_err()
+            .to_string()
             .contains("names no stack"));
     }
 
