@@ -7,7 +7,7 @@ cycles between files and between folders of each crate, from the `crate::` paths
 
 Product code is src/, runner/src, api/src and gitauth/src without their `#[cfg(test)]` modules.
 A function's length runs from its `fn` line to its closing brace. Prints figures; exits 0 (a
-report, not a gate, while the layout is being changed)."""
+report: the gate is tests/layout.rs, which `cargo test` runs)."""
 import os
 import re
 import sys
