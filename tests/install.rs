@@ -70,13 +70,41 @@ async fn operator_runs_in_cluster_holds_the_lease_and_a_standby_takes_over() {
         "lease held by {holder}, not by an operator pod (have {name})"
     );
 
-    // The metrics endpoint answers on the pod's address.
+    // The metrics endpoint answers on the pod's address, and the fleet gauges count what the
+    // API server holds (they follow the caches every 5 s: polled until they agree).
     let ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
-    let metrics = http_get(&ip, 8080, "/metrics");
-    assert!(
-        metrics.contains("stacks_active") && metrics.contains("programs_active"),
-        "{metrics}"
-    );
+    let leader_ip = leader
+        .and_then(|p| p.status.and_then(|s| s.pod_ip))
+        .unwrap_or(ip);
+    let (stacks, programs) = wait_for(
+        Duration::from_secs(60),
+        "fleet gauges matching the API",
+        || {
+            let metrics = http_get(&leader_ip, 8080, "/metrics");
+            let client = client.clone();
+            async move {
+                let stacks = Api::<pulumi_operator_api::Stack>::all(client.clone())
+                    .list_metadata(&ListParams::default())
+                    .await
+                    .ok()?
+                    .items
+                    .len() as f64;
+                let programs = Api::<pulumi_operator_api::Program>::all(client)
+                    .list_metadata(&ListParams::default())
+                    .await
+                    .ok()?
+                    .items
+                    .len() as f64;
+                let seen = (
+                    gauge(&metrics, "stacks_active"),
+                    gauge(&metrics, "programs_active"),
+                );
+                (seen == (Some(stacks), Some(programs))).then_some(seen)
+            }
+        },
+    )
+    .await;
+    eprintln!("stacks_active {stacks:?}, programs_active {programs:?}: as listed");
 
     // A second replica stays standby, then takes over when the leader's pod is deleted.
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
@@ -150,6 +178,13 @@ async fn operator_runs_in_cluster_holds_the_lease_and_a_standby_takes_over() {
         )
         .await
         .unwrap();
+}
+
+/// The value of an unlabelled gauge in a Prometheus exposition.
+fn gauge(exposition: &str, name: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 fn http_get(host: &str, port: u16, path: &str) -> String {
