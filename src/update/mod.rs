@@ -6,6 +6,8 @@ pub mod annotations;
 pub mod cache;
 pub mod errors;
 pub mod job;
+#[cfg(test)]
+mod mocked_api_tests;
 pub mod objects;
 pub mod plan;
 pub mod reconcile;
