@@ -3,7 +3,8 @@
 //! name derived from what triggered it).
 
 use k8s_openapi::api::core::v1::{
-    ConfigMapEnvSource, EnvFromSource, EnvVar, EnvVarSource, SecretEnvSource, SecretKeySelector,
+    ConfigMapEnvSource, ConfigMapVolumeSource, Container, EnvFromSource, EnvVar, EnvVarSource,
+    PodSpec, SecretEnvSource, SecretKeySelector, SecretVolumeSource, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
@@ -165,14 +166,19 @@ fn stack_env_from(spec: &pulumi_operator_api::StackSpec) -> Vec<EnvFromSource> {
 /// sorted keys each), with the ConfigMap and Secret volumes (and mounts) the references need.
 fn stack_config(
     spec: &pulumi_operator_api::StackSpec,
-) -> (Vec<ConfigItem>, Vec<Value>, Vec<Value>) {
+) -> (Vec<ConfigItem>, Vec<Volume>, Vec<VolumeMount>) {
     let mut config: Vec<ConfigItem> = Vec::new();
-    let mut volumes: Vec<Value> = Vec::new();
-    let mut mounts: Vec<Value> = Vec::new();
-    let mut add_volume = |volume: Value, mount: Value| {
-        if !volumes.iter().any(|v| v["name"] == volume["name"]) {
+    let mut volumes: Vec<Volume> = Vec::new();
+    let mut mounts: Vec<VolumeMount> = Vec::new();
+    let mut add_volume = |volume: Volume, mount_path: String| {
+        if !volumes.iter().any(|v| v.name == volume.name) {
+            mounts.push(VolumeMount {
+                name: volume.name.clone(),
+                mount_path,
+                read_only: Some(true),
+                ..Default::default()
+            });
             volumes.push(volume);
-            mounts.push(mount);
         }
     };
     for (key, value) in spec.config.iter().flatten() {
@@ -187,8 +193,15 @@ fn stack_config(
         let vol = format!("configmap-{}", r.name);
         let dir = format!("{CONFIGMAP_MOUNT_ROOT}/{}", r.name);
         add_volume(
-            json!({"name": vol, "configMap": {"name": r.name}}),
-            json!({"name": vol, "mountPath": dir, "readOnly": true}),
+            Volume {
+                name: vol,
+                config_map: Some(ConfigMapVolumeSource {
+                    name: r.name.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            dir.clone(),
         );
         config.push(ConfigItem {
             key: key.to_string(),
@@ -221,8 +234,15 @@ fn stack_config(
                 let vol = format!("secret-{}", s.name);
                 let dir = format!("{SECRET_MOUNT_ROOT}/{}", s.name);
                 add_volume(
-                    json!({"name": vol, "secret": {"secretName": s.name}}),
-                    json!({"name": vol, "mountPath": dir, "readOnly": true}),
+                    Volume {
+                        name: vol,
+                        secret: Some(SecretVolumeSource {
+                            secret_name: Some(s.name.clone()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                    dir.clone(),
                 );
                 config.push(ConfigItem {
                     key: key.to_string(),
@@ -319,10 +339,16 @@ pub fn build_workspace(stack: &Stack, source: &ResolvedSource) -> Workspace {
     let (config, volumes, mounts) = stack_config(spec);
     let (git, flux) = workspace_source(stack, source);
     let pod_template = (!volumes.is_empty()).then(|| {
-        serde_json::from_value(json!({
-            "spec": {"volumes": volumes, "containers": [{"name": names::PULUMI_CONTAINER, "volumeMounts": mounts}]}
-        }))
-        .unwrap_or_default()
+        let pod = PodSpec {
+            volumes: Some(volumes),
+            containers: vec![Container {
+                name: names::PULUMI_CONTAINER.to_string(),
+                volume_mounts: Some(mounts),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        serde_json::from_value(json!({ "spec": pod })).unwrap_or_default()
     });
     let mut ws_spec = WorkspaceSpec {
         service_account_name: spec.service_account_name.clone().filter(|s| !s.is_empty()),
@@ -710,8 +736,21 @@ mod tests {
             Some("/var/run/secrets/stacks.pulumi.com/secrets/creds/token")
         );
         let pod = serde_json::to_value(spec.pod_template.as_ref().unwrap()).unwrap();
-        assert_eq!(pod["spec"]["volumes"].as_array().unwrap().len(), 2);
-        assert_eq!(pod["spec"]["containers"][0]["name"], "pulumi");
+        assert_eq!(
+            pod["spec"],
+            json!({
+                "volumes": [
+                    {"name": "configmap-cfg", "configMap": {"name": "cfg"}},
+                    {"name": "secret-creds", "secret": {"secretName": "creds"}}
+                ],
+                "containers": [{"name": "pulumi", "volumeMounts": [
+                    {"name": "configmap-cfg", "readOnly": true,
+                     "mountPath": "/var/run/configmaps/stacks.pulumi.com/configmaps/cfg"},
+                    {"name": "secret-creds", "readOnly": true,
+                     "mountPath": "/var/run/secrets/stacks.pulumi.com/secrets/creds"}
+                ]}]
+            })
+        );
     }
 
     #[test]
