@@ -21,7 +21,8 @@ FN = re.compile(r"^\s*(pub(\([^)]*\))?\s+)?(const\s+)?(async\s+)?(unsafe\s+)?fn\
 def rust_files(base):
     for dirpath, _, files in os.walk(os.path.join(ROOT, base)):
         for f in sorted(files):
-            if f.endswith(".rs"):
+            # Files named *_tests.rs are test modules (`#[cfg(test)] mod x_tests;`).
+            if f.endswith(".rs") and not f.endswith("_tests.rs"):
                 yield os.path.join(dirpath, f)
 
 

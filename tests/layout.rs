@@ -1,7 +1,8 @@
 //! The code's layout, checked (issue 27): no import cycle between files or between folders of
 //! any crate, the shared `runtime` layer of the operator imports no controller, and no product
 //! function is longer than 80 lines. Read from the `crate::` paths the product code names (test
-//! modules excluded: a test may build its fixtures with a higher layer's builders).
+//! modules excluded, `mod tests` and files named `*_tests.rs`: a test may build its fixtures with
+//! a higher layer's builders).
 //! `tests/code-shape.py` prints the same figures as a report.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -37,7 +38,9 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for path in entries {
         if path.is_dir() {
             rust_files(&path, out);
-        } else if path.extension().is_some_and(|x| x == "rs") {
+        } else if path.extension().is_some_and(|x| x == "rs")
+            && !path.to_string_lossy().ends_with("_tests.rs")
+        {
             out.push(path);
         }
     }

@@ -10,8 +10,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::{Resource, ResourceExt};
 use pulumi_operator_api::names;
 use pulumi_operator_api::{
-    ConfigItem, ConfigValueFrom, ResourceSelectorType, Stack, Update, UpdateSpec, UpdateTemplate,
-    UpdateType, Workspace, WorkspaceFluxSource, WorkspaceGitSource, WorkspaceSpec, WorkspaceStack,
+    ConfigItem, ConfigValueFrom, EmbeddedPodTemplateSpec, ResourceSelectorType, Stack, Update,
+    UpdateSpec, UpdateTemplate, UpdateType, Workspace, WorkspaceFluxSource, WorkspaceGitSource,
+    WorkspaceSpec, WorkspaceStack,
 };
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -162,6 +163,46 @@ fn stack_env_from(spec: &pulumi_operator_api::StackSpec) -> Vec<EnvFromSource> {
     env_from
 }
 
+fn config_map_volume(name: String, config_map: &str) -> Volume {
+    Volume {
+        name,
+        config_map: Some(ConfigMapVolumeSource {
+            name: config_map.to_string(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn secret_volume(name: String, secret: &str) -> Volume {
+    Volume {
+        name,
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.to_string()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The Workspace pod template that mounts the configuration's ConfigMaps and Secrets into the
+/// `pulumi` container.
+fn config_pod_template(
+    volumes: Vec<Volume>,
+    mounts: Vec<VolumeMount>,
+) -> Box<EmbeddedPodTemplateSpec> {
+    let pod = PodSpec {
+        volumes: Some(volumes),
+        containers: vec![Container {
+            name: names::PULUMI_CONTAINER.to_string(),
+            volume_mounts: Some(mounts),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    serde_json::from_value(json!({ "spec": pod })).unwrap_or_default()
+}
+
 /// The stack's configuration items in PKO's order (config, configRef, secrets, secretsRef;
 /// sorted keys each), with the ConfigMap and Secret volumes (and mounts) the references need.
 fn stack_config(
@@ -192,17 +233,7 @@ fn stack_config(
     for (key, r) in spec.effective_config_refs() {
         let vol = format!("configmap-{}", r.name);
         let dir = format!("{CONFIGMAP_MOUNT_ROOT}/{}", r.name);
-        add_volume(
-            Volume {
-                name: vol,
-                config_map: Some(ConfigMapVolumeSource {
-                    name: r.name.clone(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            dir.clone(),
-        );
+        add_volume(config_map_volume(vol, &r.name), dir.clone());
         config.push(ConfigItem {
             key: key.to_string(),
             value_from: Some(ConfigValueFrom {
@@ -233,17 +264,7 @@ fn stack_config(
             (ResourceSelectorType::Secret, _, Some(s)) => {
                 let vol = format!("secret-{}", s.name);
                 let dir = format!("{SECRET_MOUNT_ROOT}/{}", s.name);
-                add_volume(
-                    Volume {
-                        name: vol,
-                        secret: Some(SecretVolumeSource {
-                            secret_name: Some(s.name.clone()),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    },
-                    dir.clone(),
-                );
+                add_volume(secret_volume(vol, &s.name), dir.clone());
                 config.push(ConfigItem {
                     key: key.to_string(),
                     value_from: Some(ConfigValueFrom {
@@ -338,18 +359,7 @@ pub fn build_workspace(stack: &Stack, source: &ResolvedSource) -> Workspace {
     let env_from = stack_env_from(spec);
     let (config, volumes, mounts) = stack_config(spec);
     let (git, flux) = workspace_source(stack, source);
-    let pod_template = (!volumes.is_empty()).then(|| {
-        let pod = PodSpec {
-            volumes: Some(volumes),
-            containers: vec![Container {
-                name: names::PULUMI_CONTAINER.to_string(),
-                volume_mounts: Some(mounts),
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        serde_json::from_value(json!({ "spec": pod })).unwrap_or_default()
-    });
+    let pod_template = (!volumes.is_empty()).then(|| config_pod_template(volumes, mounts));
     let mut ws_spec = WorkspaceSpec {
         service_account_name: spec.service_account_name.clone().filter(|s| !s.is_empty()),
         git,
