@@ -66,13 +66,8 @@ fn verb(kind: &str, past: bool) -> &'static str {
 }
 
 fn completed_at(update: &Update) -> Option<Time> {
-    update
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == names::CONDITION_COMPLETE && c.status == names::STATUS_TRUE)
+    crate::update::status::update_condition(update, names::CONDITION_COMPLETE)
+        .filter(|c| c.status == names::STATUS_TRUE)
         .map(|c| c.last_transition_time.clone())
 }
 
