@@ -8,7 +8,7 @@ use kube::core::crd::merge_crds;
 use kube::CustomResourceExt;
 use serde_json::{Map, Value};
 
-use crate::{program::Program, stack, update::Update, workspace::Workspace};
+use crate::{policy::StackPolicy, program::Program, stack, update::Update, workspace::Workspace};
 
 /// The command that regenerates the checked-in CRD files (run from the repository root).
 pub const REGENERATE_COMMAND: &str = "cargo run -p pulumi-operator-api --bin crdgen -- crds/";
@@ -38,7 +38,13 @@ pub fn all() -> Result<Vec<(String, CustomResourceDefinition)>, CrdError> {
         "v1",
     )
     .map_err(|e| CrdError(format!("merging Stack versions: {e}")))?;
-    let crds = vec![stacks, Program::crd(), Workspace::crd(), Update::crd()];
+    let crds = vec![
+        stacks,
+        Program::crd(),
+        Workspace::crd(),
+        Update::crd(),
+        StackPolicy::crd(),
+    ];
     crds.into_iter()
         .map(|crd| {
             let crd = finalize(crd)?;

@@ -8,6 +8,7 @@ pub mod common;
 pub mod crd;
 pub mod names;
 pub mod plan;
+pub mod policy;
 pub mod program;
 pub mod reference;
 pub mod sealed;

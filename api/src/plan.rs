@@ -9,6 +9,7 @@
 //! (`spec.secrets`, `secretsRef` literals) are in the plan, which is itself a Secret.
 
 use crate::common::ProjectInfo;
+use crate::policy::PolicyReport;
 use crate::stack::ResourceChange;
 use crate::workspace::ConfigItem;
 use serde::{Deserialize, Serialize};
@@ -228,6 +229,52 @@ pub struct RunPlan {
     /// unset (5 s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conflict_retry_delay_ms: Option<u64>,
+    /// The administrator's policy packs covering this operation (`StackPolicy`): fetched by
+    /// the `fetch` container, their dependencies installed by the `policy` container, mounted
+    /// read-only in the `pulumi` container and passed to every `preview` and `up`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policy_packs: Vec<PolicyPackPlan>,
+}
+
+/// Where the policy packs are fetched to (a volume of their own, read-only in the `pulumi`
+/// container); pack `name` is in `POLICY_PACKS_DIR/<name>`.
+pub const POLICY_PACKS_DIR: &str = "/var/run/pulumi-operator/policy-packs";
+
+/// One policy pack an operation must run with.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyPackPlan {
+    /// The pack's name (a DNS label): its directory under [`POLICY_PACKS_DIR`].
+    pub name: String,
+    /// The StackPolicy that names it.
+    pub policy: String,
+    /// The repository (a `Source::Git` with the exact commit).
+    pub source: Source,
+    /// The `--policy-pack-config` document, if the policy configures the pack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<serde_json::Value>,
+}
+
+impl PolicyPackPlan {
+    /// The pack's directory (the CLI's `--policy-pack`).
+    pub fn dir(&self) -> String {
+        format!("{POLICY_PACKS_DIR}/{}", self.name)
+    }
+
+    /// The pack's configuration file (the CLI's `--policy-pack-config`), beside the packs.
+    pub fn config_file(&self) -> String {
+        format!("{POLICY_PACKS_DIR}/{}.config.json", self.name)
+    }
+
+    /// `name@revision`, as statuses show it.
+    pub fn label(&self) -> String {
+        match &self.source {
+            Source::Git {
+                commit: Some(c), ..
+            } => format!("{}@{}", self.name, &c[..c.len().min(12)]),
+            _ => self.name.clone(),
+        }
+    }
 }
 
 /// The identity Pulumi records in the locks an operation takes (`user@host (pid N)`): the
@@ -313,6 +360,10 @@ pub enum FailureReason {
     Interrupted,
     /// The outputs could not be written to the outputs Secret (RBAC).
     PermissionDenied,
+    /// A mandatory policy of the administrator's policy packs refused the changes.
+    PolicyViolation,
+    /// A policy pack could not be fetched, installed or loaded: nothing runs without it.
+    PolicyPackFailed,
     /// Pulumi failed for another reason (see the message and the logs).
     UpdateFailed,
 }
@@ -321,7 +372,10 @@ impl FailureReason {
     /// Failures of preparing the workspace that retrying the same spec and revision cannot
     /// fix: the Stack stalls with PKO's `WorkspaceFailed` instead of retrying.
     pub fn workspace_failure(reason: &str) -> bool {
-        matches!(reason, "InstallationFailed" | "StackNotFound")
+        matches!(
+            reason,
+            "InstallationFailed" | "StackNotFound" | "PolicyPackFailed"
+        )
     }
 
     pub fn as_str(self) -> &'static str {
@@ -337,6 +391,8 @@ impl FailureReason {
             FailureReason::InvalidAccessToken => "InvalidAccessToken",
             FailureReason::Interrupted => "Interrupted",
             FailureReason::PermissionDenied => "PermissionDenied",
+            FailureReason::PolicyViolation => "PolicyViolation",
+            FailureReason::PolicyPackFailed => "PolicyPackFailed",
             FailureReason::UpdateFailed => "UpdateFailed",
         }
     }
@@ -385,6 +441,9 @@ pub struct RunResult {
     /// A preview's changes, at most [`MAX_REPORTED_CHANGES`] of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changes: Vec<ResourceChange>,
+    /// What the policy packs reported (absent when none ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyReport>,
 }
 
 /// The most resource changes a result (and a status) lists.
@@ -404,6 +463,7 @@ impl RunResult {
             stale_locks_cleared: Vec::new(),
             changed: None,
             changes: Vec::new(),
+            policy: None,
         }
     }
 
@@ -431,7 +491,13 @@ impl RunResult {
                 || result.project.take().is_some()
             {
                 // Dropped the least useful details first.
-            } else if result.stale_locks_cleared.pop().is_some() || result.changes.pop().is_some() {
+            } else if result.stale_locks_cleared.pop().is_some()
+                || result.changes.pop().is_some()
+                || result
+                    .policy
+                    .as_mut()
+                    .is_some_and(|p| p.items.pop().is_some())
+            {
                 // Each lock line is short; at most a few are ever cleared. The count of
                 // changes stays when the list does not fit.
             } else if !result.message.is_empty() {
@@ -487,6 +553,7 @@ mod tests {
             secret_env_dirs: vec![secret_env_dir(0)],
             dependency_cache: None,
             conflict_retry_delay_ms: None,
+            policy_packs: Vec::new(),
         };
         let text = serde_json::to_string(&plan).unwrap();
         assert!(text.contains(r#""kind":"git""#), "{text}");
@@ -521,6 +588,7 @@ mod tests {
                 secret_env_dirs: Vec::new(),
                 dependency_cache: None,
                 conflict_retry_delay_ms: None,
+                policy_packs: Vec::new(),
             },
             workspace: RetainedWorkspace {
                 name: "app".into(),

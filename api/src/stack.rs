@@ -37,7 +37,8 @@ use crate::workspace::WorkspaceSpec;
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status","description":"Status of the Ready condition."}"#,
     printcolumn = r#"{"name":"Reconciling","type":"string","jsonPath":".status.conditions[?(@.type==\"Reconciling\")].reason","description":"Reason of the Reconciling condition."}"#,
     printcolumn = r#"{"name":"Stalled","type":"string","jsonPath":".status.conditions[?(@.type==\"Stalled\")].reason","description":"Reason of the Stalled condition."}"#,
-    printcolumn = r#"{"name":"Permalink","type":"string","jsonPath":".status.lastUpdate.permalink","description":"Pulumi Cloud URL of the last update."}"#
+    printcolumn = r#"{"name":"Permalink","type":"string","jsonPath":".status.lastUpdate.permalink","description":"Pulumi Cloud URL of the last update."}"#,
+    printcolumn = r#"{"name":"Violations","type":"integer","jsonPath":".status.policy.violations","description":"Policy violations (mandatory and advisory) in the last operation the administrator's policy packs covered."}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct StackSpec {
@@ -786,6 +787,13 @@ pub struct StackStatus {
     /// (`spec.approval`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<Box<ApprovalStatus>>,
+
+    /// Extension (not in PKO): what the administrator's policy packs (`StackPolicy`) reported
+    /// in the last `preview` or `up` they covered: the violations, each resource and policy
+    /// once. Mandatory ones failed it (`PolicyViolation`); advisory ones are also in the
+    /// `PolicyWarnings` condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Box<crate::policy::PolicyReport>>,
 }
 
 string_enum! {

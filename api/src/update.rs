@@ -159,4 +159,8 @@ pub struct UpdateStatus {
     /// update, replace and delete.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub change_counts: std::collections::BTreeMap<String, i64>,
+    /// Extension (not in PKO): what the administrator's policy packs (`StackPolicy`)
+    /// reported, when any covered the operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::policy::PolicyReport>,
 }

@@ -335,6 +335,7 @@ mod tests {
             secret_env_dirs: Vec::new(),
             dependency_cache: None,
             conflict_retry_delay_ms: None,
+            policy_packs: Vec::new(),
         }
     }
 

@@ -300,6 +300,7 @@ mod tests {
             secret_env_dirs: dirs,
             dependency_cache: None,
             conflict_retry_delay_ms: None,
+            policy_packs: Vec::new(),
         }
     }
 

@@ -73,6 +73,7 @@ pub fn succeeded(message: impl Into<String>) -> RunResult {
         stale_locks_cleared: Vec::new(),
         changed: None,
         changes: Vec::new(),
+        policy: None,
     }
 }
 

@@ -29,6 +29,7 @@ fn plan(ns: &str, uid: &str) -> RunPlan {
         secret_env_dirs: Vec::new(),
         dependency_cache: None,
         conflict_retry_delay_ms: None,
+        policy_packs: Vec::new(),
     }
 }
 

@@ -150,6 +150,7 @@ pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, InvalidUpd
             crate::update::cache::mounts_retained_cache(ws),
         ),
         conflict_retry_delay_ms: None,
+        policy_packs: Vec::new(),
     })
 }
 

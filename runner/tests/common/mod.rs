@@ -254,6 +254,7 @@ pub fn plan(operation: Operation, source: Option<Source>) -> RunPlan {
         secret_env_dirs: Vec::new(),
         dependency_cache: None,
         conflict_retry_delay_ms: None,
+        policy_packs: Vec::new(),
     }
 }
 
