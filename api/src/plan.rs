@@ -237,14 +237,14 @@ pub struct RunPlan {
 }
 
 /// Where the policy packs are fetched to (a volume of their own, read-only in the `pulumi`
-/// container); pack `name` is in `POLICY_PACKS_DIR/<name>`.
+/// container); pack `name` of StackPolicy `policy` is in `POLICY_PACKS_DIR/<policy>/<name>`.
 pub const POLICY_PACKS_DIR: &str = "/var/run/pulumi-operator/policy-packs";
 
 /// One policy pack an operation must run with.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyPackPlan {
-    /// The pack's name (a DNS label): its directory under [`POLICY_PACKS_DIR`].
+    /// The pack's name (a DNS label): its directory is `POLICY_PACKS_DIR/<policy>/<name>`.
     pub name: String,
     /// The StackPolicy that names it.
     pub policy: String,
@@ -258,12 +258,12 @@ pub struct PolicyPackPlan {
 impl PolicyPackPlan {
     /// The pack's directory (the CLI's `--policy-pack`).
     pub fn dir(&self) -> String {
-        format!("{POLICY_PACKS_DIR}/{}", self.name)
+        format!("{POLICY_PACKS_DIR}/{}/{}", self.policy, self.name)
     }
 
     /// The pack's configuration file (the CLI's `--policy-pack-config`), beside the packs.
     pub fn config_file(&self) -> String {
-        format!("{POLICY_PACKS_DIR}/{}.config.json", self.name)
+        format!("{POLICY_PACKS_DIR}/{}/{}.config.json", self.policy, self.name)
     }
 
     /// `name@revision`, as statuses show it.
