@@ -4,8 +4,9 @@
 #   .                    etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Pulumi
 #                        CLI, and the test-only `random` and `standin` provider plugins
 #   yaml                 the Pulumi YAML language host
-#   langhosts            the Pulumi Node.js and Python language hosts (and the Python host's
-#                        pulumi-language-python-exec script)
+#   langhosts            the Pulumi Node.js and Python language hosts, each behind a test adapter
+#                        (see there), with the sdk's scripts they run (pulumi-language-python-exec,
+#                        and pulumi-analyzer-policy{,-python} for policy packs)
 #   langhost-go          the Pulumi Go language host
 #   kubernetes-provider  the real Pulumi Kubernetes provider (its own build.sh)
 #   seaweedfs            SeaweedFS's `weed`, a real S3 server (state backends in s3://)
@@ -43,7 +44,7 @@ MODULES=(
   ". ./cmd/etcd k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler github.com/pulumi/pulumi/pkg/v3/cmd/pulumi ./cmd/pulumi-resource-standin ./cmd/pulumi-resource-random"
   "kubernetes-provider - pulumi-resource-kubernetes"
   "yaml github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml"
-  "langhosts github.com/pulumi/pulumi/sdk/v3/nodejs/cmd/pulumi-language-nodejs ./cmd/pulumi-language-python"
+  "langhosts ./cmd/pulumi-language-nodejs ./cmd/pulumi-language-python"
   "langhost-go github.com/pulumi/pulumi/sdk/v3/go/pulumi-language-go"
   "seaweedfs github.com/seaweedfs/seaweedfs/weed"
   "helm helm.sh/helm/v3/cmd/helm"
@@ -133,12 +134,16 @@ build_module() { # module line → builds into its cache directory unless alread
     (cd "$TOOLS_DIR/$dir" && go build -trimpath -ldflags "$flags" -o "$out.partial/" $pkgs)
   fi
   if [ "$dir" = langhosts ]; then
-    # The real Python host, behind the test adapter ./cmd/pulumi-language-python (see there),
-    # and the script it runs (from the same sdk release) to start a program.
+    # The real hosts, behind the test adapters ./cmd/pulumi-language-{nodejs,python} (see
+    # ./internal/adapter), and the scripts (from the same sdk release) that the Python host runs
+    # to start a program and the adapters run to start a policy pack.
+    (cd "$TOOLS_DIR/$dir" && go build -trimpath -ldflags "$flags" -o "$out.partial/pulumi-language-nodejs-host" \
+      github.com/pulumi/pulumi/sdk/v3/nodejs/cmd/pulumi-language-nodejs)
     (cd "$TOOLS_DIR/$dir" && go build -trimpath -ldflags "$flags" -o "$out.partial/pulumi-language-python-host" \
       github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python)
     local sdk; sdk="$(cd "$TOOLS_DIR/$dir" && go list -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3)"
-    install -m 0755 "$sdk/python/cmd/pulumi-language-python-exec" "$out.partial/"
+    install -m 0755 "$sdk/python/cmd/pulumi-language-python-exec" "$sdk/nodejs/dist/pulumi-analyzer-policy" \
+      "$sdk/python/dist/pulumi-analyzer-policy-python" "$out.partial/"
   fi
   touch "$out.partial/.built"
   rm -rf "$out"; mv "$out.partial" "$out"

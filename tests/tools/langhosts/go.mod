@@ -6,13 +6,19 @@
 // newer CLI, but read Pulumi.yaml's runtime options only from command-line flags, which the CLI
 // no longer passes: the Python host ignores `virtualenv` (it creates the virtualenv in the project
 // root and runs the first python3 on PATH), the Node.js host `typescript`, `tsconfig`, `nodeargs`
-// and `packagemanager`. The replace of golang.org/x/text is the sdk's own (replaces do not
-// propagate to dependent modules).
+// and `packagemanager`; neither runs policy packs the way the newer CLI asks (RunPlugin with kind
+// "analyzer"). Test adapters in ./cmd stand in front of both (see ./internal/adapter). The
+// replace of golang.org/x/text is the sdk's own (replaces do not propagate to dependent modules).
 module github.com/pulumi-operator-rs/test-tools/langhosts
 
 go 1.26.0
 
-require github.com/pulumi/pulumi/sdk/v3 v3.68.0
+require (
+	github.com/pulumi/pulumi/sdk/v3 v3.68.0
+	google.golang.org/grpc v1.51.0
+	google.golang.org/protobuf v1.28.1
+	gopkg.in/yaml.v3 v3.0.1
+)
 
 require (
 	github.com/Microsoft/go-winio v0.5.2 // indirect
@@ -71,10 +77,7 @@ require (
 	golang.org/x/term v0.5.0 // indirect
 	golang.org/x/text v0.7.0 // indirect
 	google.golang.org/genproto v0.0.0-20220802133213-ce4fa296bf78 // indirect
-	google.golang.org/grpc v1.51.0 // indirect
-	google.golang.org/protobuf v1.28.1 // indirect
 	gopkg.in/warnings.v0 v0.1.2 // indirect
-	gopkg.in/yaml.v3 v3.0.1 // indirect
 	lukechampine.com/frand v1.4.2 // indirect
 	sourcegraph.com/sourcegraph/appdash v0.0.0-20211028080628-e2786a622600 // indirect
 )

@@ -6,26 +6,31 @@
 // the old host does not know, so the old host would create the virtualenv in the project root
 // and run the system python. This adapter passes them as flags again: it reads
 // `runtime.options.virtualenv` from the Pulumi.yaml of the directory the CLI starts it in (the
-// program's root) and execs the real host with `-virtualenv` and `-root`. Current hosts (in the
-// pulumi/pulumi-python images users run) need nothing of the kind.
+// program's root), or from its PulumiPolicy.yaml when there is no Pulumi.yaml (`pulumi install`
+// in a policy pack), and starts the real host with `-virtualenv` and `-root`. The v3.259 CLI also
+// runs a Python policy pack through the host's RunPlugin call, of which that host knows nothing:
+// the adapter forwards every call to the real host but runs those policy packs itself, with the
+// sdk's pulumi-analyzer-policy-python script beside it (see ../../internal/adapter). Current
+// hosts (in the pulumi/pulumi-python images users run) need nothing of the kind.
 package main
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/pulumi-operator-rs/test-tools/langhosts/internal/adapter"
 )
 
 type project struct {
 	Runtime yaml.Node `yaml:"runtime"`
 }
 
-// virtualenv is runtime.options.virtualenv of the project file in dir, if any.
+// virtualenv is runtime.options.virtualenv of the project file in dir, or, when dir has none, of
+// its policy pack file, if any.
 func virtualenv(dir string) string {
-	for _, name := range []string{"Pulumi.yaml", "Pulumi.yml", "Pulumi.json"} {
+	for _, name := range []string{"Pulumi.yaml", "Pulumi.yml", "Pulumi.json", "PulumiPolicy.yaml", "PulumiPolicy.yml", "PulumiPolicy.json"} {
 		text, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			continue
@@ -48,24 +53,16 @@ func virtualenv(dir string) string {
 }
 
 func main() {
-	self, err := os.Executable()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "pulumi-language-python adapter:", err)
-		os.Exit(1)
-	}
-	host := filepath.Join(filepath.Dir(self), "pulumi-language-python-host")
-	root, err := os.Getwd()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "pulumi-language-python adapter:", err)
-		os.Exit(1)
-	}
-	args := []string{host, "-root=" + root}
-	if venv := virtualenv(root); venv != "" {
-		args = append(args, "-virtualenv="+venv)
-	}
-	args = append(args, os.Args[1:]...)
-	if err := syscall.Exec(host, args, os.Environ()); err != nil {
-		fmt.Fprintln(os.Stderr, "pulumi-language-python adapter: cannot run", host+":", err)
-		os.Exit(1)
-	}
+	adapter.Main(adapter.Config{
+		Name:   "pulumi-language-python",
+		Host:   "pulumi-language-python-host",
+		Script: "pulumi-analyzer-policy-python",
+		HostArgs: func(root string) []string {
+			args := []string{"-root=" + root}
+			if venv := virtualenv(root); venv != "" {
+				args = append(args, "-virtualenv="+venv)
+			}
+			return args
+		},
+	})
 }
