@@ -37,6 +37,9 @@ pub enum Pattern {
     ProgramError,
     /// `passphrase must be set with PULUMI_CONFIG_PASSPHRASE…` or `incorrect passphrase`.
     Passphrase,
+    /// The CLI could not load or configure a policy pack (`--policy-pack`): see
+    /// [`is_policy_pack_error`].
+    PolicyPack,
 }
 
 const ERROR_LINES: usize = 8;
@@ -56,6 +59,8 @@ pub struct Observed {
     /// The first lines in which a package manager or compiler reports its error (npm, yarn,
     /// pnpm, pip, tsc, go, a Python traceback's last line): what `pulumi install` failed on.
     tool_errors: Vec<String>,
+    /// The first line in which the CLI says it cannot load or configure a policy pack.
+    policy_pack_error: Option<String>,
 }
 
 /// At most this many of a package manager's or compiler's error lines are kept.
@@ -167,7 +172,31 @@ fn patterns_in(stream: Stream, text: &str) -> Vec<Pattern> {
     if text.starts_with("Error: ") {
         see(Pattern::ProgramError);
     }
+    if is_policy_pack_error(text) {
+        see(Pattern::PolicyPack);
+    }
     found
+}
+
+/// A line in which the CLI (3.259, `pkg/engine/update.go`, `pkg/resource/plugin/
+/// analyzer_plugin.go`) says it cannot load, start or configure a policy pack.
+fn is_policy_pack_error(text: &str) -> bool {
+    const MARKS: [&str; 9] = [
+        "failed to load Pulumi policy project",
+        "it looks like the policy pack's dependencies are not installed",
+        "policy pack not found at",
+        "could not start policy pack",
+        "policy analyzer could not be loaded from path",
+        "validating policy config for",
+        "reconciling policy config for",
+        "configuring policy pack",
+        "failed to automatically install analyzer plugin",
+    ];
+    MARKS.iter().any(|m| text.contains(m))
+        || text.find("policy pack \"").is_some_and(|i| {
+            let rest = &text[i..];
+            rest.contains("failed to start") || rest.contains("does not support config")
+        })
 }
 
 /// The permalink a stdout line announces, if any.
@@ -198,6 +227,10 @@ impl Observed {
         }
         if stream == Stream::Stdout && self.permalink.is_none() {
             self.permalink = permalink_in(&line);
+        }
+        if self.policy_pack_error.is_none() && is_policy_pack_error(text) {
+            let line = text.trim_start_matches("error:").trim();
+            self.policy_pack_error = Some(truncated(line, MAX_LINE));
         }
         if self.tool_errors.len() < TOOL_ERROR_LINES && is_tool_error(text) {
             let kept = truncated(text, MAX_TOOL_LINE);
@@ -286,11 +319,19 @@ impl Observed {
         if self.permalink.is_none() {
             self.permalink = other.permalink;
         }
+        if self.policy_pack_error.is_none() {
+            self.policy_pack_error = other.policy_pack_error;
+        }
         for e in other.tool_errors {
             if self.tool_errors.len() < TOOL_ERROR_LINES && !self.tool_errors.contains(&e) {
                 self.tool_errors.push(e);
             }
         }
+    }
+
+    /// The CLI's line saying that it cannot load or configure a policy pack, if it printed one.
+    pub fn policy_pack_error(&self) -> Option<&str> {
+        self.policy_pack_error.as_deref()
     }
 
     /// The first lines of a package manager's or compiler's own error, one per line.
@@ -367,6 +408,10 @@ pub fn classify(exit_code: Option<i32>, seen: &Observed, interrupted: bool) -> F
     if exit_code == Some(8) || seen.saw(Pattern::Cancelled) || exit_code.is_none() {
         // No exit code: the CLI was killed by a signal.
         return Interrupted;
+    }
+    // Nothing runs without the administrator's packs: that is what failed, whatever follows.
+    if seen.saw(Pattern::PolicyPack) {
+        return PolicyPackFailed;
     }
     if seen.saw(Pattern::PendingOperations) {
         return PendingOperations;
@@ -535,12 +580,34 @@ mod tests {
             (Some(1), "", "error: failed to decrypt: incorrect passphrase, please set PULUMI_CONFIG_PASSPHRASE to the correct passphrase\n", false, ConfigInvalid),
             // Resource failures.
             (Some(1), "    error: standin:index:Fail failed as requested\n    error: update failed\n", "", false, UpdateFailed),
+            // Policy packs the CLI cannot load or configure (3.259's own words).
+            (Some(1), "", "error: failed to load Pulumi policy project located at \"/var/run/pulumi-operator/policy-packs/a\": no such file or directory\n", false, PolicyPackFailed),
+            (Some(1), "", "error: policy pack \"/var/run/pulumi-operator/policy-packs/a\" failed to start: exit status 1\n", false, PolicyPackFailed),
+            (Some(1), "", "error: it looks like the policy pack's dependencies are not installed; try running npm install or yarn install in \"/p/a\"\n", false, PolicyPackFailed),
+            (Some(1), "", "error: policy pack not found at \"/p/a\"\n", false, PolicyPackFailed),
+            (Some(1), "", "error: validating policy config for \"k8s-limits\": bad\n", false, PolicyPackFailed),
+            (Some(1), "", "error: policy pack \"k8s-limits\" at \"/p/a\" does not support config\n", false, PolicyPackFailed),
+            // A mandatory violation is not a pack failure (the runner reads the event log).
+            (Some(1), "Policies:\n    ❌ k8s-limits@v0.1.0 (local: /p/a)\n        - [mandatory]  deployment-resource-limits  (kubernetes:apps/v1:Deployment: app)\n", "error: preview failed\n", false, UpdateFailed),
             (Some(2), "", "error: --yes or --skip-preview or --preview-only must be passed in to proceed when running in non-interactive mode\n", false, UpdateFailed),
         ];
         for (i, (code, out, err, intr, want)) in cases.iter().enumerate() {
             let got = classify(*code, &seen(out, err), *intr);
             assert_eq!(got, *want, "case {i}: {code:?} {out:?} {err:?}");
         }
+    }
+
+    #[test]
+    fn the_policy_pack_line_is_kept() {
+        let s = seen(
+            "",
+            "\u{1b}[31merror:\u{1b}[0m policy pack \"/var/run/pulumi-operator/policy-packs/a\" failed to start: exit status 1\nerror: preview failed\n",
+        );
+        assert_eq!(
+            s.policy_pack_error(),
+            Some("policy pack \"/var/run/pulumi-operator/policy-packs/a\" failed to start: exit status 1")
+        );
+        assert_eq!(seen("error: update failed\n", "").policy_pack_error(), None);
     }
 
     #[test]

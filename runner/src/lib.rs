@@ -1,7 +1,10 @@
 //! The runner: runs inside every update Job (docs/architecture.md, the flow of one operation).
 //!
 //! - `bootstrap [DEST]` (init container, runner image): copies this static binary into `/share`.
-//! - `fetch` (init container, runner image): materialises the program in `/share/workspace`.
+//! - `fetch` (init container, runner image): materialises the program in `/share/workspace`
+//!   (and the administrator's policy packs in their own volume).
+//! - `policy` (init container, the Workspace's image, only with the administrator's policy
+//!   packs): installs the packs' dependencies (`crate::policy`).
 //! - `run` (the `pulumi` container, the user's image): drives the `pulumi` CLI through the
 //!   operation (`pulumi install`, `stack select`, config, then `up`, `preview`, `refresh` or
 //!   `destroy`), streams its output, hands the outputs over sealed, and reports.
@@ -20,6 +23,7 @@ pub mod fetch;
 pub mod locks;
 pub mod outputs;
 pub mod plan;
+pub mod policy;
 pub mod pulumi;
 pub mod redact;
 pub mod report;

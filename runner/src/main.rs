@@ -4,7 +4,7 @@ use clap::{Parser, Subcommand};
 use pulumi_operator_api::plan::{PLAN_FILE, RUNNER_BINARY};
 use pulumi_runner::plan::{Layout, DEFAULT_SHARE};
 use pulumi_runner::report::{self, DEFAULT_RESULT_FILE};
-use pulumi_runner::{bootstrap, fetch, plan, redact, run, signals};
+use pulumi_runner::{bootstrap, fetch, plan, policy, redact, run, signals};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -38,8 +38,12 @@ struct Common {
 enum Command {
     /// Copy this executable to DEST (default /share/pulumi-runner), mode 0755.
     Bootstrap { dest: Option<PathBuf> },
-    /// Fetch the program into <share>/source and link <share>/workspace to it.
+    /// Fetch the program into <share>/source and link <share>/workspace to it, then the
+    /// plan's policy packs into their directory.
     Fetch(Common),
+    /// Install the dependencies of the plan's policy packs (`pulumi install` in each), with
+    /// the pulumi CLI found on PATH.
+    Policy(Common),
     /// Run the operation with the pulumi CLI found on PATH.
     Run(Common),
     /// Retained workspace (workspaceReclaimPolicy: Retain): prepare the stack as `run` does
@@ -72,7 +76,27 @@ fn main() -> ExitCode {
             Ok(p) => {
                 install_redactor(Some(&p));
                 signals::exit_on_termination();
-                fetch::fetch(&p, &Layout::new(&common.share)).unwrap_or_else(|f| f.into_result())
+                fetch_all(&p, &Layout::new(&common.share)).unwrap_or_else(|f| f.into_result())
+            }
+            Err(f) => {
+                install_redactor(None);
+                f.into_result()
+            }
+        },
+        Command::Policy(common) => match plan::load(&common.plan) {
+            Ok(p) => {
+                install_redactor(Some(&p));
+                with_runtime(|signals| async move {
+                    let root = policy::default_root();
+                    policy::install::install_packs(
+                        &p.policy_packs,
+                        &root,
+                        std::path::Path::new("pulumi"),
+                        signals,
+                    )
+                    .await
+                    .unwrap_or_else(|f| f.into_result())
+                })
             }
             Err(f) => {
                 install_redactor(None);
@@ -123,39 +147,41 @@ fn install_redactor(plan: Option<&pulumi_operator_api::plan::RunPlan>) {
     }
 }
 
+/// The program, then the policy packs (whose labels the message adds).
+fn fetch_all(
+    p: &pulumi_operator_api::plan::RunPlan,
+    layout: &Layout,
+) -> Result<pulumi_operator_api::plan::RunResult, pulumi_runner::error::Failure> {
+    let mut result = fetch::fetch(p, layout)?;
+    let labels = policy::fetch::fetch_packs(&p.policy_packs, &policy::default_root())?;
+    if !labels.is_empty() {
+        result.message = format!("{}; policy packs {}", result.message, labels.join(", "));
+    }
+    Ok(result)
+}
+
 fn run_async(
     p: &pulumi_operator_api::plan::RunPlan,
     layout: &Layout,
 ) -> pulumi_operator_api::plan::RunResult {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            return pulumi_runner::error::Failure::new(
-                pulumi_operator_api::plan::FailureReason::UpdateFailed,
-                format!("cannot start the runtime: {e}"),
-            )
-            .into_result()
-        }
-    };
-    runtime.block_on(async {
-        let signals = match signals::Signals::install() {
-            Ok(s) => s,
-            Err(e) => {
-                report::log(format!("cannot install signal handlers: {e}"));
-                signals::Signals::none()
-            }
-        };
-        run::run(p, layout, &run::RunOptions::default(), signals).await
-    })
+    let opts = run::RunOptions::default();
+    with_runtime(|signals| async move { run::run(p, layout, &opts, signals).await })
 }
 
 fn workspace_async(
     p: &pulumi_operator_api::plan::WorkspacePlan,
     layout: &Layout,
 ) -> pulumi_operator_api::plan::RunResult {
+    let opts = run::RunOptions::default();
+    with_runtime(|signals| async move { workspace::serve(p, layout, &opts, signals).await })
+}
+
+/// Runs a step on a single-threaded runtime, with the signal handlers it forwards.
+fn with_runtime<F, Fut>(step: F) -> pulumi_operator_api::plan::RunResult
+where
+    F: FnOnce(signals::Signals) -> Fut,
+    Fut: std::future::Future<Output = pulumi_operator_api::plan::RunResult>,
+{
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -177,6 +203,6 @@ fn workspace_async(
                 signals::Signals::none()
             }
         };
-        workspace::serve(p, layout, &run::RunOptions::default(), signals).await
+        step(signals).await
     })
 }

@@ -205,6 +205,10 @@ pub struct OpContext {
     /// A preview saves its plan to this file (`--save-plan`); an up keeps to the plan in it
     /// (`--plan`).
     pub plan_file: Option<String>,
+    /// The administrator's policy packs, `(directory, configuration file)` in the plan's
+    /// order: every `preview` and `up` runs with each (`--policy-pack D --policy-pack-config
+    /// F`; the CLI wants a configuration for every pack once it has one for any).
+    pub policy_packs: Vec<(String, String)>,
 }
 
 /// The default `--exec-agent`.
@@ -221,6 +225,21 @@ fn debug_args(ctx: &OpContext) -> Vec<String> {
 
 fn push_all(inv: &mut Invocation, args: impl IntoIterator<Item = String>) {
     inv.args.extend(args);
+}
+
+/// `--policy-pack D --policy-pack-config F` for each pack (preview and up only).
+fn policy_pack_args(ctx: &OpContext) -> Vec<String> {
+    ctx.policy_packs
+        .iter()
+        .flat_map(|(dir, config)| {
+            [
+                "--policy-pack".to_string(),
+                dir.clone(),
+                "--policy-pack-config".to_string(),
+                config.clone(),
+            ]
+        })
+        .collect()
 }
 
 /// The flags an operation may take, each in the form the CLI reads (empty when unset).
@@ -304,6 +323,7 @@ fn preview_flags(inv: &mut Invocation, f: OpFlags, ctx: &OpContext) {
         inv,
         ctx.plan_file.as_ref().map(|f| format!("--save-plan={f}")),
     );
+    push_all(inv, policy_pack_args(ctx));
 }
 
 fn up_flags(inv: &mut Invocation, f: OpFlags, ctx: &OpContext) {
@@ -327,6 +347,7 @@ fn up_flags(inv: &mut Invocation, f: OpFlags, ctx: &OpContext) {
     push_all(inv, f.continue_on_error);
     push_all(inv, f.run_program);
     push_all(inv, ctx.plan_file.as_ref().map(|f| format!("--plan={f}")));
+    push_all(inv, policy_pack_args(ctx));
 }
 
 fn refresh_flags(inv: &mut Invocation, f: OpFlags) {
@@ -452,6 +473,7 @@ mod tests {
             exec_agent: "pulumi-runner/0.1.0".into(),
             log_level: None,
             plan_file: None,
+            policy_packs: Vec::new(),
         }
     }
 
@@ -657,6 +679,36 @@ mod tests {
             argv(&r),
             format!("--non-interactive refresh --yes --skip-preview --expect-no-changes {ua} --exec-kind=auto.local {ev} --stack dev")
         );
+    }
+
+    #[test]
+    fn policy_packs_ride_on_preview_and_up_only() {
+        let packs = OpContext {
+            policy_packs: vec![
+                ("/pp/a".into(), "/pp/a.config.json".into()),
+                ("/pp/b".into(), "/pp/b.config.json".into()),
+            ],
+            plan_file: Some("/s/p.json".into()),
+            ..ctx()
+        };
+        let flags = "--policy-pack /pp/a --policy-pack-config /pp/a.config.json \
+                     --policy-pack /pp/b --policy-pack-config /pp/b.config.json";
+        let none = OperationOptions::default();
+        // A saved-plan preview and an up that keeps to an approved plan get them too.
+        assert!(argv(&operation(Operation::Preview, "dev", &none, &packs))
+            .ends_with(&format!("--save-plan=/s/p.json {flags} --stack dev")));
+        assert!(argv(&operation(Operation::Up, "dev", &none, &packs))
+            .ends_with(&format!("--plan=/s/p.json {flags} --stack dev")));
+        for op in [Operation::Refresh, Operation::Destroy] {
+            assert!(!argv(&operation(op, "dev", &none, &packs)).contains("policy"));
+        }
+        let expecting = OperationOptions {
+            refresh: true,
+            expect_no_refresh_changes: true,
+            ..none.clone()
+        };
+        assert!(!argv(&refresh_expecting_no_changes("dev", &expecting, &packs)).contains("policy"));
+        assert!(!argv(&operation(Operation::Up, "dev", &none, &ctx())).contains("policy"));
     }
 
     #[test]

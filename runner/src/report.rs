@@ -28,6 +28,13 @@ pub fn masked(result: &RunResult) -> RunResult {
     for lock in &mut r.stale_locks_cleared {
         *lock = mask(lock);
     }
+    // A policy's message may quote a resource's inputs.
+    if let Some(policy) = r.policy.as_mut() {
+        for v in &mut policy.items {
+            v.message = mask(&v.message);
+            v.urn = mask(&v.urn);
+        }
+    }
     r
 }
 
@@ -126,6 +133,38 @@ mod tests {
         assert!(text.len() <= MAX_RESULT_BYTES);
         let back = RunResult::from_termination_message(&text).unwrap();
         assert!(back.message.starts_with("pulumi up failed: [secret] yyy"));
+    }
+
+    #[test]
+    fn a_full_policy_report_fits_and_is_masked() {
+        use pulumi_operator_api::policy::{PolicyReport, PolicyViolation};
+        let mut r = crate::redact::Redactor::default();
+        r.add("canary-policy-secret");
+        crate::redact::remember(&r);
+        let item = |i: usize| PolicyViolation {
+            pack: "k8s-limits".into(),
+            policy: "deployment-resource-limits".into(),
+            urn: format!("urn:pulumi:dev::app::kubernetes:apps/v1:Deployment::app-{i}"),
+            message: format!("canary-policy-secret {}", "m".repeat(280)),
+            enforcement_level: "mandatory".into(),
+        };
+        let mut result = RunResult::failed(FailureReason::PolicyViolation, "x".repeat(2000));
+        result.policy = Some(PolicyReport {
+            packs: vec!["k8s-limits@0123456789ab".into()],
+            violations: 40,
+            mandatory: 40,
+            items: (0..20).map(item).collect(),
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("termination-log");
+        finish(&file, &result);
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(text.len() <= MAX_RESULT_BYTES, "{}", text.len());
+        assert!(!text.contains("canary-policy-secret"), "{text}");
+        let back = RunResult::from_termination_message(&text).unwrap();
+        let policy = back.policy.unwrap();
+        assert_eq!((policy.violations, policy.mandatory), (40, 40));
+        assert!(!policy.items.is_empty());
     }
 
     #[test]

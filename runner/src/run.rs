@@ -13,7 +13,10 @@ use crate::redact::Redactor;
 use crate::report::{log, succeeded};
 use crate::signals::Signals;
 use pulumi_operator_api::backoff::Backoff;
-use pulumi_operator_api::plan::{FailureReason, Operation, RunPlan, RunResult, Summary};
+use pulumi_operator_api::plan::{
+    FailureReason, Operation, PolicyPackPlan, RunPlan, RunResult, Summary, POLICY_PACKS_DIR,
+};
+use pulumi_operator_api::policy::PolicyReport;
 use pulumi_operator_api::{ProjectInfo, ResourceChange};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -31,6 +34,8 @@ pub struct RunOptions {
     pub conflict_retries: u32,
     /// Stale locks cleared during the run (reported in the result).
     pub cleared_locks: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// Where the `fetch` step put the policy packs ([`POLICY_PACKS_DIR`]).
+    pub policy_packs_dir: PathBuf,
 }
 
 impl Default for RunOptions {
@@ -39,6 +44,7 @@ impl Default for RunOptions {
             pulumi: PathBuf::from("pulumi"),
             conflict_retries: 5,
             cleared_locks: Default::default(),
+            policy_packs_dir: PathBuf::from(POLICY_PACKS_DIR),
         }
     }
 }
@@ -53,12 +59,22 @@ pub async fn run(
     let mut redactor = Redactor::default();
     let workspace = layout.workspace_dir();
     let project = project_info(&workspace);
-    let mut result = match run_inner(plan, layout, opts, signals, &mut redactor).await {
+    // Filled once the operation ran with policy packs, whether it then succeeds or fails.
+    let mut policy = None;
+    let mut result = match run_inner(plan, layout, opts, signals, &mut redactor, &mut policy).await
+    {
         Ok(r) => r,
         Err(f) => f.into_result(),
     };
     result.project = project;
     result.message = redactor.apply(&result.message);
+    result.policy = policy.map(|mut report| {
+        for v in &mut report.items {
+            v.message = redactor.apply(&v.message);
+            v.urn = redactor.apply(&v.urn);
+        }
+        report
+    });
     if let Ok(cleared) = opts.cleared_locks.lock() {
         result.stale_locks_cleared = cleared.clone();
     }
@@ -423,7 +439,13 @@ async fn run_inner(
     opts: &RunOptions,
     signals: Signals,
     redactor: &mut Redactor,
+    policy: &mut Option<PolicyReport>,
 ) -> Result<RunResult, Failure> {
+    let op = plan.operation;
+    let packs = packs_run_by(plan);
+    if !packs.is_empty() {
+        crate::policy::check_before_run(packs, &opts.policy_packs_dir)?;
+    }
     let Prepared {
         runner,
         operation_config,
@@ -431,23 +453,8 @@ async fn run_inner(
         ..
     } = prepare(plan, layout, opts, signals, redactor, PrepareFor::Operation).await?;
     let stack = plan.stack.name.as_str();
-
     let scratch = layout.scratch_dir();
-    std::fs::create_dir_all(&scratch).map_err(|e| {
-        Failure::new(
-            FailureReason::UpdateFailed,
-            format!("cannot create {}: {e}", scratch.display()),
-        )
-    })?;
-    let op = plan.operation;
-    let event_log = scratch.join(format!("events-{}.json", op.as_str()));
-    let plan_file = saved_plan_file(plan, &scratch)?;
-    let ctx = OpContext {
-        event_log: event_log.to_string_lossy().into_owned(),
-        exec_agent: pulumi::exec_agent(),
-        log_level: plan.pulumi_log_level,
-        plan_file: plan_file.as_ref().map(|f| f.to_string_lossy().into_owned()),
-    };
+    let (ctx, event_log, plan_file) = operation_context(plan, opts, &scratch)?;
     let mut options = plan.options.clone();
     let retry = options.retry_on_update_conflict;
     if op == Operation::Up && options.refresh && options.expect_no_refresh_changes {
@@ -467,8 +474,14 @@ async fn run_inner(
         run_retrying_conflicts(&runner, &inv, opts, retry, plan)
     })
     .await?;
+    if !packs.is_empty() {
+        *policy = Some(crate::policy::report::from_event_log(
+            &std::fs::read_to_string(&event_log).unwrap_or_default(),
+            packs.iter().map(|p| p.label()).collect(),
+        ));
+    }
     if !out.success() {
-        return Err(failure(&out, op.as_str()));
+        return Err(operation_failure(&out, plan, opts, policy.as_ref()));
     }
 
     let mut result = succeeded(format!("{} succeeded", op.as_str()));
@@ -477,21 +490,100 @@ async fn run_inner(
     if let (Operation::Preview, Some(file)) = (op, plan_file.as_ref()) {
         hand_over_saved_plan(plan, file, &mut result)?;
     }
+    finish_operation(&runner, plan, &options, &event_log, redactor, &mut result).await?;
+    Ok(result)
+}
+
+/// The administrator's policy packs this operation runs (none for a refresh or a destroy).
+fn packs_run_by(plan: &RunPlan) -> &[PolicyPackPlan] {
+    if crate::policy::runs_packs(plan.operation) {
+        &plan.policy_packs
+    } else {
+        &[]
+    }
+}
+
+/// What the runner adds to the operation (in `scratch`, created here): the context, the
+/// event log, and the saved or approved plan's file.
+fn operation_context(
+    plan: &RunPlan,
+    opts: &RunOptions,
+    scratch: &Path,
+) -> Result<(OpContext, PathBuf, Option<PathBuf>), Failure> {
+    std::fs::create_dir_all(scratch).map_err(|e| {
+        Failure::new(
+            FailureReason::UpdateFailed,
+            format!("cannot create {}: {e}", scratch.display()),
+        )
+    })?;
+    let event_log = scratch.join(format!("events-{}.json", plan.operation.as_str()));
+    let plan_file = saved_plan_file(plan, scratch)?;
+    let ctx = OpContext {
+        event_log: event_log.to_string_lossy().into_owned(),
+        exec_agent: pulumi::exec_agent(),
+        log_level: plan.pulumi_log_level,
+        plan_file: plan_file.as_ref().map(|f| f.to_string_lossy().into_owned()),
+        policy_packs: crate::policy::cli_args(packs_run_by(plan), &opts.policy_packs_dir),
+    };
+    Ok((ctx, event_log, plan_file))
+}
+
+/// After a successful up, refresh or destroy: the outputs handed over, and the stack removed
+/// when the destroy says so.
+async fn finish_operation(
+    runner: &Runner,
+    plan: &RunPlan,
+    options: &pulumi_operator_api::plan::OperationOptions,
+    event_log: &Path,
+    redactor: &mut Redactor,
+    result: &mut RunResult,
+) -> Result<(), Failure> {
+    let op = plan.operation;
+    let stack = plan.stack.name.as_str();
     let remove = op == Operation::Destroy && options.remove;
     if op != Operation::Preview && !remove {
         // An update's event log holds the outputs (secret ones masked): the CLI is asked
         // again only for secret values, or when the log has none.
         let logged = (op == Operation::Up)
-            .then(|| std::fs::read_to_string(&event_log).ok())
+            .then(|| std::fs::read_to_string(event_log).ok())
             .flatten()
             .and_then(|text| StackOutputs::from_event_log(&text));
-        let outputs = read_outputs(&runner, stack, logged, redactor).await?;
-        deliver_outputs(plan, &outputs, &mut result).await?;
+        let outputs = read_outputs(runner, stack, logged, redactor).await?;
+        deliver_outputs(plan, &outputs, result).await?;
     }
     if remove {
         check(&runner.run(&pulumi::stack_rm(stack)).await?, "stack rm")?;
     }
-    Ok(result)
+    Ok(())
+}
+
+/// The failure of the operation itself: a pack the CLI could not load (named when its line
+/// shows its directory), the mandatory violations that refused the changes, or as classified.
+fn operation_failure(
+    out: &Outcome,
+    plan: &RunPlan,
+    opts: &RunOptions,
+    policy: Option<&PolicyReport>,
+) -> Failure {
+    let mut f = failure(out, plan.operation.as_str());
+    match (f.reason, out.observed.policy_pack_error(), policy) {
+        (FailureReason::PolicyPackFailed, Some(line), _) => {
+            let packs = packs_run_by(plan);
+            f = match crate::policy::pack_in_line(packs, &opts.policy_packs_dir, line) {
+                Some(pack) => crate::policy::pack_failed(pack, line),
+                None => Failure::new(FailureReason::PolicyPackFailed, line),
+            };
+        }
+        (FailureReason::Interrupted | FailureReason::PolicyPackFailed, _, _) => {}
+        (_, _, Some(report)) if report.mandatory > 0 => {
+            f = Failure::new(
+                FailureReason::PolicyViolation,
+                crate::policy::report::violation_message(report),
+            );
+        }
+        _ => {}
+    }
+    f
 }
 
 /// The failure of the refresh before an update (`expectNoRefreshChanges`).
@@ -1029,6 +1121,76 @@ mod tests {
             ]
         );
         assert!(planned_changes(&pre("same", stack)).is_empty());
+    }
+
+    fn pack_plan(op: Operation) -> RunPlan {
+        let mut plan: RunPlan = serde_json::from_value(serde_json::json!({
+            "namespace": "ns",
+            "operation": op.as_str(),
+            "stack": {"name": "dev", "create": true},
+            "policyPacks": [{
+                "name": "k8s-limits",
+                "policy": "limits",
+                "source": {"kind": "git", "url": "https://example.com/p.git",
+                           "commit": "0123456789abcdef0123456789abcdef01234567"},
+            }],
+        }))
+        .unwrap();
+        plan.operation = op;
+        plan
+    }
+
+    fn failed(stderr: &str, code: Option<i32>) -> Outcome {
+        let mut observed = crate::classify::Observed::default();
+        observed.text(crate::classify::Stream::Stderr, stderr);
+        Outcome {
+            code,
+            observed,
+            stdout: Vec::new(),
+            interrupted: false,
+        }
+    }
+
+    #[test]
+    fn operation_failures_with_policy_packs() {
+        let plan = pack_plan(Operation::Preview);
+        let opts = RunOptions::default();
+        let mandatory = crate::policy::report::from_event_log(
+            r#"{"policyEvent":{"resourceUrn":"urn:a","message":"no limits","policyName":"limits","policyPackName":"k8s-limits","enforcementLevel":"mandatory"}}"#,
+            vec!["k8s-limits@0123456789ab".into()],
+        );
+        let out = failed("error: preview failed\n", Some(1));
+        let f = operation_failure(&out, &plan, &opts, Some(&mandatory));
+        assert_eq!(f.reason, FailureReason::PolicyViolation);
+        assert_eq!(
+            f.message,
+            "1 mandatory policy violation: k8s-limits/limits on urn:a: no limits"
+        );
+        // Advisory violations only: the failure is the CLI's.
+        let advisory = PolicyReport {
+            mandatory: 0,
+            ..mandatory.clone()
+        };
+        let f = operation_failure(&out, &plan, &opts, Some(&advisory));
+        assert_eq!(f.reason, FailureReason::UpdateFailed);
+        // A pack the CLI cannot load: named, with the CLI's line.
+        let line = format!(
+            "policy pack \"{POLICY_PACKS_DIR}/limits/k8s-limits\" failed to start: exit status 1"
+        );
+        let out = failed(&format!("error: {line}\n"), Some(1));
+        let f = operation_failure(&out, &plan, &opts, Some(&mandatory));
+        assert_eq!(f.reason, FailureReason::PolicyPackFailed);
+        assert_eq!(
+            f.message,
+            format!("policy pack \"k8s-limits\" of StackPolicy \"limits\": {line}")
+        );
+        // Interrupted stays interrupted.
+        let f = operation_failure(&failed("", None), &plan, &opts, Some(&mandatory));
+        assert_eq!(f.reason, FailureReason::Interrupted);
+        // Refresh and destroy run no packs.
+        assert!(packs_run_by(&pack_plan(Operation::Refresh)).is_empty());
+        assert!(packs_run_by(&pack_plan(Operation::Destroy)).is_empty());
+        assert_eq!(packs_run_by(&pack_plan(Operation::Up)).len(), 1);
     }
 
     #[test]
