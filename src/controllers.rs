@@ -7,16 +7,17 @@ use crate::runtime::context::{Context, Stores};
 use crate::runtime::index;
 use crate::runtime::turns::{error_policy, instrumented};
 use crate::runtime::watch::{api, Running, SharedWatch};
-use crate::{program, stack, update, workspace};
+use crate::{policy, program, stack, update, workspace};
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Event, Namespace, PersistentVolumeClaim};
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt;
 use kube::{Resource, ResourceExt};
 use pulumi_operator_api::names;
+use pulumi_operator_api::policy::StackPolicy;
 use pulumi_operator_api::{Program, Stack, Update, Workspace};
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,12 +45,20 @@ pub async fn run(scope: Scope, shutdown: CancellationToken) {
     let mut all = Vec::new();
     let mut stack_stores = Vec::new();
     let mut program_stores = Vec::new();
+    let mut cluster = ClusterWatches::new(&scope.client, scope.streaming_lists);
     for ns in scopes {
-        let (futures, stacks, programs) = run_in(&scope, ns.as_deref(), shutdown.clone());
+        let (futures, stacks, programs) = run_in(&scope, ns.as_deref(), &cluster, shutdown.clone());
         all.extend(futures);
         stack_stores.push(stacks);
         program_stores.push(programs);
     }
+    all.push(policy_controller(
+        &mut cluster,
+        &scope,
+        stack_stores.clone(),
+        &shutdown,
+    ));
+    all.push(cluster.drive(shutdown.clone()));
     // stacks_active and programs_active follow the watch caches.
     let metrics = scope.metrics.clone();
     let stop = shutdown.clone();
@@ -65,6 +74,87 @@ pub async fn run(scope: Scope, shutdown: CancellationToken) {
         }
     });
     futures::future::join_all(all).await;
+}
+
+/// The watches of cluster-scoped kinds, shared by every watched namespace: the
+/// administrator's StackPolicies and the namespaces' labels they select by.
+struct ClusterWatches {
+    policies: SharedWatch<StackPolicy>,
+    namespaces: SharedWatch<Namespace>,
+}
+
+impl ClusterWatches {
+    fn new(client: &kube::Client, streaming: bool) -> ClusterWatches {
+        let wc = move || {
+            let cfg = watcher::Config::default().any_semantic();
+            if streaming {
+                cfg.streaming_lists()
+            } else {
+                cfg.page_size(100)
+            }
+        };
+        ClusterWatches {
+            policies: SharedWatch::new(kube::Api::all(client.clone()), wc(), vec![]),
+            namespaces: SharedWatch::new(kube::Api::all(client.clone()), wc(), vec![]),
+        }
+    }
+
+    fn filled(&self) -> Running {
+        futures::future::join(self.policies.filled(), self.namespaces.filled())
+            .map(|_| ())
+            .boxed()
+    }
+
+    fn drive(self, shutdown: CancellationToken) -> Running {
+        let drivers = futures::future::join(self.policies.drive(), self.namespaces.drive());
+        async move {
+            tokio::select! {
+                _ = drivers => {}
+                _ = shutdown.cancelled() => {}
+            }
+        }
+        .boxed()
+    }
+}
+
+/// The StackPolicy controller (cluster-wide, once): resolves each pack's revision and writes
+/// the policy's status. Starts once the StackPolicy, namespace and Stack caches are filled.
+fn policy_controller(
+    cluster: &mut ClusterWatches,
+    scope: &Scope,
+    stacks: Vec<Store<Stack>>,
+    shutdown: &CancellationToken,
+) -> Running {
+    let ctx = Arc::new(policy::reconcile::PolicyContext {
+        client: scope.client.clone(),
+        namespaces: cluster.namespaces.store(),
+        stacks: stacks.clone(),
+        metrics: scope.metrics.clone(),
+    });
+    let filled = futures::future::join(
+        cluster.filled(),
+        futures::future::join_all(stacks.into_iter().map(|s| async move {
+            let _ = s.wait_until_ready().await;
+        })),
+    );
+    let controller =
+        Controller::for_shared_stream(cluster.policies.subscribe(), cluster.policies.store())
+            .with_config(controller_config())
+            .graceful_shutdown_on(cancelled(shutdown.clone()))
+            .run(
+                policy::reconcile::reconcile,
+                policy::reconcile::error_policy,
+                ctx,
+            )
+            .for_each(|_| async {});
+    let stop = shutdown.clone();
+    async move {
+        tokio::select! {
+            _ = filled => controller.await,
+            _ = stop.cancelled() => {}
+        }
+    }
+    .boxed()
 }
 
 /// Every watch of one namespace (or all), with the indexes the reconciles read.
@@ -123,8 +213,10 @@ impl Watches {
         }
     }
 
-    fn stores(&self) -> Stores {
+    fn stores(&self, cluster: &ClusterWatches) -> Stores {
         Stores {
+            policies: cluster.policies.store(),
+            namespaces: cluster.namespaces.store(),
             stacks: self.stacks.store(),
             updates: self.updates.store(),
             programs: self.programs.store(),
@@ -179,6 +271,7 @@ impl Watches {
 fn run_in(
     scope: &Scope,
     ns: Option<&str>,
+    cluster: &ClusterWatches,
     shutdown: CancellationToken,
 ) -> (Vec<Running>, Store<Stack>, Store<Program>) {
     let mut watches = Watches::new(&scope.client, ns, scope.streaming_lists);
@@ -186,7 +279,7 @@ fn run_in(
         scope.client.clone(),
         scope.config.clone(),
         scope.metrics.clone(),
-        watches.stores(),
+        watches.stores(cluster),
         &shutdown,
     ));
     let controllers = [
@@ -198,7 +291,7 @@ fn run_in(
     // No controller acts before every cache it reads has been filled by its first list: an
     // empty cache would look like "the Stack is gone" or "no Job exists" and lead to deletions
     // and duplicate operations after every restart.
-    let filled = watches.filled();
+    let filled = futures::future::join(watches.filled(), cluster.filled());
     let ns_label = ns.unwrap_or("all namespaces").to_string();
     let stop = shutdown.clone();
     let controllers = async move {
@@ -617,6 +710,8 @@ mod tests {
                 pods: reflector::store().0,
                 pods_by_update: index::Index::new(|_| None),
                 updates_by_stack: index::Index::new(|_| None),
+                policies: reflector::store().0,
+                namespaces: reflector::store().0,
             },
             &CancellationToken::new(),
         ));

@@ -5,6 +5,7 @@ mod controllers;
 mod http;
 mod leader;
 mod memory;
+mod policy;
 mod program;
 mod runtime;
 mod source;

@@ -263,7 +263,10 @@ impl PolicyPackPlan {
 
     /// The pack's configuration file (the CLI's `--policy-pack-config`), beside the packs.
     pub fn config_file(&self) -> String {
-        format!("{POLICY_PACKS_DIR}/{}/{}.config.json", self.policy, self.name)
+        format!(
+            "{POLICY_PACKS_DIR}/{}/{}.config.json",
+            self.policy, self.name
+        )
     }
 
     /// `name@revision`, as statuses show it.
@@ -369,13 +372,22 @@ pub enum FailureReason {
 }
 
 impl FailureReason {
-    /// Failures of preparing the workspace that retrying the same spec and revision cannot
-    /// fix: the Stack stalls with PKO's `WorkspaceFailed` instead of retrying.
+    /// Failures that retrying the same spec and revision cannot fix: the Stack stalls at once
+    /// instead of retrying (with [`FailureReason::stalled_reason`]).
     pub fn workspace_failure(reason: &str) -> bool {
         matches!(
             reason,
-            "InstallationFailed" | "StackNotFound" | "PolicyPackFailed"
+            "InstallationFailed" | "StackNotFound" | "PolicyPackFailed" | "PolicyViolation"
         )
+    }
+
+    /// The reason of the `Stalled` condition for such a failure: PKO's `WorkspaceFailed` for
+    /// the workspace's own failures, the policy reasons as they are.
+    pub fn stalled_reason(reason: &str) -> &str {
+        match reason {
+            "PolicyPackFailed" | "PolicyViolation" => reason,
+            _ => crate::names::REASON_WORKSPACE_FAILED,
+        }
     }
 
     pub fn as_str(self) -> &'static str {

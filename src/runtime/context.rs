@@ -28,6 +28,10 @@ pub struct Stores {
     pub pods_by_update: Arc<crate::runtime::index::Index<CachedPod>>,
     /// Updates by their Stack's name label.
     pub updates_by_stack: Arc<crate::runtime::index::Index<Update>>,
+    /// The administrator's StackPolicies (cluster-scoped: one watch for every namespace).
+    pub policies: Store<pulumi_operator_api::policy::StackPolicy>,
+    /// Namespaces, for the labels StackPolicies select them by.
+    pub namespaces: Store<k8s_openapi::api::core::v1::Namespace>,
 }
 
 impl Stores {
@@ -286,6 +290,8 @@ mod tests {
                 pods: reflector::store().0,
                 pods_by_update: index::Index::new(|_| None),
                 updates_by_stack: index::Index::new(|_| None),
+                policies: reflector::store().0,
+                namespaces: reflector::store().0,
             },
             &CancellationToken::new(),
         );

@@ -40,6 +40,11 @@ pub struct ResultLabels {
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LevelLabels {
+    pub level: String,
+}
+
 pub struct Metrics {
     pub registry: Registry,
     pub stacks_active: Gauge,
@@ -53,6 +58,8 @@ pub struct Metrics {
     pub reconcile_errors: Family<ControllerLabels, Counter>,
     pub reconcile_duration: HistogramFamily<ControllerLabels>,
     pub git_ls_remote: Family<ResultLabels, Counter>,
+    /// Policy violations reported by finished operations, by enforcement level.
+    pub policy_violations: Family<LevelLabels, Counter>,
 }
 
 fn update_buckets() -> Histogram {
@@ -82,6 +89,7 @@ impl Default for Metrics {
                 reconcile_buckets as fn() -> Histogram,
             ),
             git_ls_remote: Family::default(),
+            policy_violations: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -109,39 +117,48 @@ impl Default for Metrics {
             "Number of Programs the operator manages",
             m.programs_active.clone(),
         );
-        let ours = registry.sub_registry_with_prefix("pulumi_operator");
-        ours.register(
-            "updates",
-            "Finished stack operations by type and result",
-            m.updates.clone(),
-        );
-        ours.register(
-            "update_duration_seconds",
-            "Duration of finished stack operations by type and result",
-            m.update_duration.clone(),
-        );
-        ours.register(
-            "reconciles",
-            "Reconciles by controller and result",
-            m.reconciles.clone(),
-        );
-        ours.register(
-            "reconcile_errors",
-            "Reconciles that ended in an error",
-            m.reconcile_errors.clone(),
-        );
-        ours.register(
-            "reconcile_duration_seconds",
-            "Time spent in one reconcile (never includes a Pulumi run)",
-            m.reconcile_duration.clone(),
-        );
-        ours.register(
-            "git_ls_remote",
-            "git ls-remote calls by result",
-            m.git_ls_remote.clone(),
-        );
+        register_operator_metrics(registry.sub_registry_with_prefix("pulumi_operator"), &m);
         Metrics { registry, ..m }
     }
+}
+
+/// The operator's own metrics, under the `pulumi_operator_` prefix.
+fn register_operator_metrics(ours: &mut Registry, m: &Metrics) {
+    ours.register(
+        "updates",
+        "Finished stack operations by type and result",
+        m.updates.clone(),
+    );
+    ours.register(
+        "update_duration_seconds",
+        "Duration of finished stack operations by type and result",
+        m.update_duration.clone(),
+    );
+    ours.register(
+        "policy_violations",
+        "Policy violations (StackPolicy packs) reported by finished operations, by enforcement level",
+        m.policy_violations.clone(),
+    );
+    ours.register(
+        "reconciles",
+        "Reconciles by controller and result",
+        m.reconciles.clone(),
+    );
+    ours.register(
+        "reconcile_errors",
+        "Reconciles that ended in an error",
+        m.reconcile_errors.clone(),
+    );
+    ours.register(
+        "reconcile_duration_seconds",
+        "Time spent in one reconcile (never includes a Pulumi run)",
+        m.reconcile_duration.clone(),
+    );
+    ours.register(
+        "git_ls_remote",
+        "git ls-remote calls by result",
+        m.git_ls_remote.clone(),
+    );
 }
 
 impl Metrics {

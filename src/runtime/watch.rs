@@ -183,7 +183,9 @@ trim_metadata_only!(
     Program,
     Workspace,
     StatefulSet,
-    PersistentVolumeClaim
+    PersistentVolumeClaim,
+    pulumi_operator_api::policy::StackPolicy,
+    k8s_openapi::api::core::v1::Namespace
 );
 
 #[cfg(test)]

@@ -511,6 +511,7 @@ impl<'a> Pass<'a> {
         }
         let failed = crate::update::status::update_failed(update);
         record_finished_update(self.ctx, update);
+        self.announce_policy(update).await;
         if failed {
             let msg = update
                 .status
@@ -534,6 +535,56 @@ impl<'a> Pass<'a> {
         info!(update = %update.name_any(), failed, "update finished");
         prune_history(self.ctx, self.stack, &self.ns, &self.status).await;
         release_update(self.ctx, &self.ns, &update.name_any(), Some(update)).await;
+    }
+
+    /// The Event, metric and log line of the policy violations an operation reported.
+    async fn announce_policy(&self, update: &Update) {
+        let Some(report) = update.status.as_ref().and_then(|s| s.policy.as_ref()) else {
+            return;
+        };
+        let advisory = report.violations - report.mandatory;
+        for (level, count) in [("mandatory", report.mandatory), ("advisory", advisory)] {
+            if let Ok(n) = u64::try_from(count) {
+                self.ctx
+                    .metrics
+                    .policy_violations
+                    .get_or_create(&crate::runtime::metrics::LevelLabels {
+                        level: level.into(),
+                    })
+                    .inc_by(n);
+            }
+        }
+        if report.violations <= 0 {
+            return;
+        }
+        let listed: Vec<String> = report
+            .items
+            .iter()
+            .map(|v| {
+                format!(
+                    "[{}] {}/{} on {}",
+                    v.enforcement_level, v.pack, v.policy, v.urn
+                )
+            })
+            .collect();
+        warn!(
+            mandatory = report.mandatory,
+            advisory,
+            "policy violations: {}",
+            listed.join("; ")
+        );
+        let reason = if report.mandatory > 0 {
+            pulumi_operator_api::plan::FailureReason::PolicyViolation.as_str()
+        } else {
+            crate::stack::status::CONDITION_POLICY_WARNINGS
+        };
+        let message = format!(
+            "{} policy violation(s) ({} mandatory): {}",
+            report.violations,
+            report.mandatory,
+            listed.join("; ")
+        );
+        self.publish(EventType::Warning, reason, message).await;
     }
 
     /// The Event and log line of a finished drift check (a clean check only when it ends a

@@ -178,16 +178,17 @@ pub fn mark_result(status: &mut StackStatus, generation: i64, now: &Time) {
     let workspace_failure = last.message.as_deref().and_then(|m| {
         m.split_once(": ")
             .filter(|(r, _)| pulumi_operator_api::plan::FailureReason::workspace_failure(r))
-            .map(|_| m.to_string())
+            .map(|(r, _)| {
+                (
+                    pulumi_operator_api::plan::FailureReason::stalled_reason(r),
+                    m.to_string(),
+                )
+            })
     });
-    if let Some(msg) = workspace_failure.filter(|_| failures >= names::MAX_UPDATE_FAILURES) {
-        mark_stalled(
-            status,
-            names::REASON_WORKSPACE_FAILED,
-            &msg,
-            generation,
-            now,
-        );
+    if let Some((reason, msg)) =
+        workspace_failure.filter(|_| failures >= names::MAX_UPDATE_FAILURES)
+    {
+        mark_stalled(status, reason, &msg, generation, now);
     } else if failures >= names::MAX_UPDATE_FAILURES {
         let msg = format!(
             "{kind} failed {failures} times; not retrying until the spec or source changes"
@@ -308,6 +309,60 @@ pub fn absorb(
             status.project_info = update_status.project_info.clone().map(Box::new);
         }
     }
+    if matches!(
+        update.spec.update_type,
+        Some(UpdateType::Up | UpdateType::Preview)
+    ) {
+        // The packs that covered this operation (none: nothing to report any more).
+        status.policy = update_status.policy.clone().map(Box::new);
+        mark_policy_warnings(status, generation.unwrap_or(0), now);
+    }
+}
+
+/// The condition listing advisory policy violations.
+pub const CONDITION_POLICY_WARNINGS: &str = "PolicyWarnings";
+
+/// `PolicyWarnings=True` listing the advisory violations of the last covered operation, or no
+/// such condition when there were none.
+pub fn mark_policy_warnings(status: &mut StackStatus, generation: i64, now: &Time) {
+    let advisory: Vec<String> = status
+        .policy
+        .iter()
+        .flat_map(|p| p.items.iter())
+        .filter(|v| !v.is_mandatory())
+        .map(|v| format!("{}/{} on {}: {}", v.pack, v.policy, v.urn, v.message))
+        .collect();
+    let count = status
+        .policy
+        .as_ref()
+        .map(|p| p.violations - p.mandatory)
+        .unwrap_or(0);
+    let c = status.conditions.get_or_insert_with(Vec::new);
+    if count <= 0 {
+        set(c, vec![], &[CONDITION_POLICY_WARNINGS]);
+        return;
+    }
+    let mut message = format!(
+        "{count} advisory policy violation(s): {}",
+        advisory.join("; ")
+    );
+    if message.len() > 1024 {
+        let mut cut = 1021;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push_str("...");
+    }
+    let warn = condition(
+        CONDITION_POLICY_WARNINGS,
+        true,
+        "AdvisoryViolations",
+        &message,
+        generation,
+        now,
+    );
+    set(c, vec![warn], &[]);
 }
 
 #[cfg(test)]
@@ -472,6 +527,72 @@ mod tests {
             .unwrap();
         assert_eq!(stalled.reason, "WorkspaceFailed");
         assert_eq!(stalled.message, "StackNotFound: no stack named dev found");
+    }
+
+    fn with_policy(mut u: Update, reason: &str, report: serde_json::Value) -> Update {
+        let st = u.status.as_mut().unwrap();
+        st.policy = Some(serde_json::from_value(report).unwrap());
+        if let Some(c) = st
+            .conditions
+            .as_mut()
+            .and_then(|c| c.iter_mut().find(|c| c.type_ == "Failed"))
+        {
+            c.reason = reason.into();
+        }
+        u
+    }
+
+    fn condition_of<'a>(st: &'a StackStatus, kind: &str) -> Option<&'a Condition> {
+        st.conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == kind)
+    }
+
+    #[test]
+    fn a_mandatory_violation_stalls_at_once_and_lists_the_violations() {
+        let mut st = running("abc");
+        let u = with_policy(
+            finished("s-1", true, "1 mandatory policy violation: k8s-limits/deployment-resource-limits on urn:d: no limits"),
+            "PolicyViolation",
+            serde_json::json!({"packs": ["limits@0123456789ab"], "violations": 1, "mandatory": 1, "items": [
+                {"pack": "k8s-limits", "policy": "deployment-resource-limits", "urn": "urn:d", "message": "no limits", "enforcementLevel": "mandatory"}]}),
+        );
+        absorb(&mut st, &u, None, &now());
+        mark_result(&mut st, 4, &now());
+        let stalled = condition_of(&st, "Stalled").unwrap();
+        assert_eq!(stalled.reason, "PolicyViolation");
+        assert!(
+            stalled
+                .message
+                .contains("deployment-resource-limits on urn:d"),
+            "{}",
+            stalled.message
+        );
+        assert_eq!(st.policy.as_ref().unwrap().items[0].urn, "urn:d");
+        assert!(condition_of(&st, CONDITION_POLICY_WARNINGS).is_none());
+    }
+
+    #[test]
+    fn advisory_violations_leave_the_stack_ready_with_policy_warnings() {
+        let mut st = running("abc");
+        let u = with_policy(
+            finished("s-1", false, "succeeded"),
+            "x",
+            serde_json::json!({"violations": 1, "mandatory": 0, "items": [
+                {"pack": "k8s-labels", "policy": "deployment-team-label", "urn": "urn:d", "message": "no team label", "enforcementLevel": "advisory"}]}),
+        );
+        absorb(&mut st, &u, None, &now());
+        mark_result(&mut st, 4, &now());
+        assert_eq!(condition_of(&st, "Ready").unwrap().status, "True");
+        let warn = condition_of(&st, CONDITION_POLICY_WARNINGS).unwrap();
+        assert_eq!(warn.message, "1 advisory policy violation(s): k8s-labels/deployment-team-label on urn:d: no team label");
+        // The next covered operation without violations clears it; one without packs too.
+        st.current_update = running("abc").current_update;
+        absorb(&mut st, &finished("s-2", false, "succeeded"), None, &now());
+        assert!(condition_of(&st, CONDITION_POLICY_WARNINGS).is_none());
+        assert!(st.policy.is_none());
     }
 
     #[test]

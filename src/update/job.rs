@@ -384,7 +384,7 @@ pub fn git_auth_env(ws: &Workspace) -> Vec<EnvVar> {
     out
 }
 
-fn restricted_container_context() -> SecurityContext {
+pub(crate) fn restricted_container_context() -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
         capabilities: Some(Capabilities {
@@ -395,7 +395,7 @@ fn restricted_container_context() -> SecurityContext {
     }
 }
 
-fn env_value(name: &str, value: &str) -> EnvVar {
+pub(crate) fn env_value(name: &str, value: &str) -> EnvVar {
     EnvVar {
         name: name.into(),
         value: Some(value.into()),
@@ -418,7 +418,7 @@ fn env_field(name: &str, path: &str) -> EnvVar {
     }
 }
 
-fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+pub(crate) fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
     VolumeMount {
         name: name.into(),
         mount_path: path.into(),
@@ -469,20 +469,37 @@ fn runner_container(cfg: &JobConfig, stage: &str, mounts: Vec<VolumeMount>) -> C
     }
 }
 
-fn pulumi_env_var() -> EnvVar {
+pub(crate) fn pulumi_env_var() -> EnvVar {
     env_value(names::PULUMI_ENV_VAR, names::PULUMI_ENV_FILE)
 }
 
 /// The Job for an Update. `program` says whether the ConfigMap `<update>-program` is mounted.
 /// Phases: the operator's pod spec (typed), then the Workspace's pod template merged in, then
 /// the Job around it.
+/// What of the plan shapes its Job: a Program's ConfigMap to mount, policy packs to fetch,
+/// install and mount read-only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JobShape {
+    pub program: bool,
+    pub policy_packs: bool,
+}
+
+impl JobShape {
+    pub fn of(plan: &RunPlan) -> JobShape {
+        JobShape {
+            program: matches!(plan.source, Some(Source::Program { .. })),
+            policy_packs: !plan.policy_packs.is_empty(),
+        }
+    }
+}
+
 pub fn build_job(
     update: &Update,
     ws: &Workspace,
     cfg: &JobConfig,
-    program: bool,
+    shape: JobShape,
 ) -> Result<Job, serde_json::Error> {
-    let ours = operator_pod_spec(update, ws, cfg, program);
+    let ours = operator_pod_spec(update, ws, cfg, shape);
     let (pod_meta, pod_spec) = merge_pod_template(ws, ours, job_labels(update))?;
     let deadline = update
         .spec
@@ -521,8 +538,9 @@ struct PodVolumes {
     pulumi_mounts: Vec<VolumeMount>,
 }
 
-fn pod_volumes(update: &Update, ws: &Workspace, program: bool) -> PodVolumes {
+fn pod_volumes(update: &Update, ws: &Workspace, shape: JobShape) -> PodVolumes {
     let name = update.name_any();
+    let program = shape.program;
     let share = mount(names::SHARE_VOLUME, names::SHARE_MOUNT_PATH, false);
     let plan_mount = mount("plan", plan::PLAN_DIR, true);
     let mut fetch_mounts = vec![share.clone(), plan_mount.clone()];
@@ -546,6 +564,11 @@ fn pod_volumes(update: &Update, ws: &Workspace, program: bool) -> PodVolumes {
         });
     }
     let mut pulumi_mounts = vec![share.clone(), plan_mount];
+    if shape.policy_packs {
+        volumes.push(crate::update::policy_job::packs_volume());
+        fetch_mounts.push(crate::update::policy_job::packs_mount(false));
+        pulumi_mounts.push(crate::update::policy_job::packs_mount(true));
+    }
     for (i, (secret, optional)) in secret_env(ws).whole_secrets.into_iter().enumerate() {
         let volume = format!("env-secret-{i}");
         pulumi_mounts.push(mount(&volume, &plan::secret_env_dir(i), true));
@@ -573,22 +596,29 @@ fn secret_volume(name: &str, secret: String, optional: Option<bool>) -> Volume {
 
 /// The pod spec the operator wants, before the Workspace's pod template: the runner's
 /// `bootstrap` and `fetch` init containers and the `pulumi` container.
-fn operator_pod_spec(update: &Update, ws: &Workspace, cfg: &JobConfig, program: bool) -> PodSpec {
+fn operator_pod_spec(update: &Update, ws: &Workspace, cfg: &JobConfig, shape: JobShape) -> PodSpec {
     let spec = &ws.spec;
     let restricted = spec
         .security_profile
         .clone()
         .unwrap_or(SecurityProfile::Restricted)
         != SecurityProfile::Baseline;
-    let v = pod_volumes(update, ws, program);
+    let v = pod_volumes(update, ws, shape);
     let mut fetch = runner_container(cfg, "fetch", v.fetch_mounts);
     let mut fetch_env = git_auth_env(ws);
     if !fetch_env.is_empty() {
         fetch_env.push(pulumi_env_var());
         fetch.env = Some(fetch_env);
     }
-    let mut bootstrap = runner_container(cfg, "bootstrap", vec![v.share]);
+    let mut bootstrap = runner_container(cfg, "bootstrap", vec![v.share.clone()]);
     bootstrap.args = Some(vec!["bootstrap".into(), plan::RUNNER_BINARY.into()]);
+    let pulumi = pulumi_container(ws, restricted, v.pulumi_mounts);
+    let mut init_containers = vec![bootstrap, fetch];
+    if shape.policy_packs {
+        init_containers.push(crate::update::policy_job::policy_container(
+            &pulumi, v.share,
+        ));
+    }
     PodSpec {
         restart_policy: Some("Never".into()),
         // Pulumi records the hostname in the locks it takes (see `lock_holder`).
@@ -600,8 +630,8 @@ fn operator_pod_spec(update: &Update, ws: &Workspace, cfg: &JobConfig, program: 
         ),
         termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
         security_context: Some(pod_security_context(restricted)),
-        init_containers: Some(vec![bootstrap, fetch]),
-        containers: vec![pulumi_container(ws, restricted, v.pulumi_mounts)],
+        init_containers: Some(init_containers),
+        containers: vec![pulumi],
         volumes: Some(v.volumes),
         ..Default::default()
     }
@@ -767,11 +797,109 @@ mod tests {
         (update(&s), build_workspace(&s, &src))
     }
 
+    const POLICY: JobShape = JobShape {
+        program: false,
+        policy_packs: true,
+    };
+
+    fn pod_of(ws: &Workspace, u: &Update) -> Value {
+        let job = serde_json::to_value(build_job(u, ws, &cfg(), POLICY).unwrap()).unwrap();
+        job["spec"]["template"]["spec"].clone()
+    }
+
+    fn tenant_template(ws: &mut Workspace, spec: Value) {
+        ws.spec.pod_template = Some(serde_json::from_value(json!({ "spec": spec })).unwrap());
+    }
+
+    #[test]
+    fn covered_operations_fetch_install_and_mount_the_packs_read_only() {
+        use crate::update::policy_job::check_untouched;
+        let (u, ws) = fixture();
+        let pod = pod_of(&ws, &u);
+        let inits: Vec<&str> = pod["initContainers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(inits, ["bootstrap", "fetch", "policy", "extra"]);
+        let policy = &pod["initContainers"][2];
+        assert_eq!(policy["command"], json!(["/share/pulumi-runner", "policy"]));
+        assert_eq!(policy["image"], pod["containers"][0]["image"]);
+        // Nothing of the tenant's environment reaches the install.
+        assert!(!policy.to_string().contains("PULUMI_CONFIG_PASSPHRASE"));
+        let mounts = pod["containers"][0]["volumeMounts"].to_string();
+        assert!(mounts.contains(r#"{"mountPath":"/var/run/pulumi-operator/policy-packs","name":"policy-packs","readOnly":true}"#), "{mounts}");
+        assert_eq!(check_untouched(&pod, "runner"), Ok(()));
+        // Without packs, the Job is as before.
+        let plain =
+            serde_json::to_value(build_job(&u, &ws, &cfg(), JobShape::default()).unwrap()).unwrap();
+        assert!(!plain.to_string().contains("policy-packs"));
+    }
+
+    #[test]
+    fn a_template_cannot_change_how_the_packs_run() {
+        use crate::update::policy_job::check_untouched;
+        let attempts = [
+            (
+                json!({"containers": [{"name": "pulumi", "command": ["pulumi", "up", "--yes"]}]}),
+                "command",
+            ),
+            (
+                json!({"containers": [{"name": "pulumi", "args": ["--skip-policies"]}]}),
+                "arguments",
+            ),
+            (
+                json!({"containers": [{"name": "pulumi", "env": [{"name": "NODE_OPTIONS", "value": "--require /tmp/x.js"}]}]}),
+                "NODE_OPTIONS",
+            ),
+            (
+                json!({"containers": [{"name": "pulumi", "env": [{"name": "PULUMI_POLICY_PACK", "value": "/tmp/mine"}]}]}),
+                "PULUMI_POLICY_PACK",
+            ),
+            (
+                json!({"initContainers": [{"name": "policy", "env": [{"name": "npm_config_registry", "value": "http://evil"}]}]}),
+                "policy container",
+            ),
+            (
+                json!({"initContainers": [{"name": "fetch", "args": ["bootstrap"]}]}),
+                "fetch container",
+            ),
+            (
+                json!({"volumes": [{"name": "policy-packs", "hostPath": {"path": "/tmp/packs"}}]}),
+                "policy-packs volume",
+            ),
+            (
+                json!({"volumes": [{"name": "mine", "emptyDir": {}}],
+                    "containers": [{"name": "pulumi", "volumeMounts": [{"name": "mine", "mountPath": "/var/run/pulumi-operator/policy-packs/limits/k8s"}]}]}),
+                "over or writable",
+            ),
+            (
+                json!({"containers": [{"name": "sidecar", "image": "busybox", "volumeMounts": [{"name": "policy-packs", "mountPath": "/packs"}]}]}),
+                "over or writable",
+            ),
+        ];
+        for (spec, want) in attempts {
+            let (u, mut ws) = fixture();
+            tenant_template(&mut ws, spec.clone());
+            let err = check_untouched(&pod_of(&ws, &u), "runner").expect_err(&spec.to_string());
+            assert!(err.0.contains(want), "{spec}: {err}");
+        }
+        // Harmless template fields still merge.
+        let (u, mut ws) = fixture();
+        tenant_template(
+            &mut ws,
+            json!({"nodeSelector": {"pool": "pulumi"}, "containers": [{"name": "pulumi", "env": [{"name": "TZ", "value": "UTC"}]}]}),
+        );
+        assert_eq!(check_untouched(&pod_of(&ws, &u), "runner"), Ok(()));
+    }
+
     #[test]
     fn a_dependency_cache_volume_is_mounted_and_named_in_the_plan() {
         let (u, mut ws) = fixture();
         assert_eq!(build_plan(&u, &ws).unwrap().dependency_cache, None);
-        let job = serde_json::to_value(build_job(&u, &ws, &cfg(), false).unwrap()).unwrap();
+        let job =
+            serde_json::to_value(build_job(&u, &ws, &cfg(), JobShape::default()).unwrap()).unwrap();
         assert!(!job.to_string().contains("/dependency-cache"));
 
         ws.spec.pod_template = Some(
@@ -783,7 +911,8 @@ mod tests {
             build_plan(&u, &ws).unwrap().dependency_cache.as_deref(),
             Some("/dependency-cache")
         );
-        let job = serde_json::to_value(build_job(&u, &ws, &cfg(), false).unwrap()).unwrap();
+        let job =
+            serde_json::to_value(build_job(&u, &ws, &cfg(), JobShape::default()).unwrap()).unwrap();
         let pod = &job["spec"]["template"]["spec"];
         let pulumi = pod["containers"]
             .as_array()
@@ -883,7 +1012,8 @@ mod tests {
         let text = serde_json::to_string(&p.secret_env).unwrap();
         assert!(!text.contains("do-not-leak"));
 
-        let v = serde_json::to_value(build_job(&u, &ws, &cfg(), false).unwrap()).unwrap();
+        let v =
+            serde_json::to_value(build_job(&u, &ws, &cfg(), JobShape::default()).unwrap()).unwrap();
         let ps = &v["spec"]["template"]["spec"];
         let volumes = ps["volumes"].as_array().unwrap();
         let secret_volumes: Vec<&Value> = volumes
@@ -925,7 +1055,7 @@ mod tests {
             runner_image: "ghcr.io/pulumi-operator-rs/runner:v0.1.0".into(),
             runner_pull_policy: "IfNotPresent".into(),
         };
-        let job = build_job(&u, &ws, &cfg, false).unwrap();
+        let job = build_job(&u, &ws, &cfg, JobShape::default()).unwrap();
         let v = serde_json::to_value(&job).unwrap();
         let name = u.name_any();
         assert_eq!(v["metadata"]["name"], name);
@@ -1012,7 +1142,7 @@ mod tests {
         };
         let env_of = |s: &Stack| {
             let ws = build_workspace(s, &src);
-            let job = build_job(&update(s), &ws, &cfg, false).unwrap();
+            let job = build_job(&update(s), &ws, &cfg, JobShape::default()).unwrap();
             let v = serde_json::to_value(&job).unwrap();
             assert_eq!(
                 v["spec"]["template"]["spec"]["initContainers"][1]["name"],
@@ -1151,7 +1281,19 @@ mod tests {
             runner_image: "r".into(),
             runner_pull_policy: "Always".into(),
         };
-        let v = serde_json::to_value(build_job(&u, &ws, &cfg, true).unwrap()).unwrap();
+        let v = serde_json::to_value(
+            build_job(
+                &u,
+                &ws,
+                &cfg,
+                JobShape {
+                    program: true,
+                    policy_packs: false,
+                },
+            )
+            .unwrap(),
+        )
+        .unwrap();
         let ps = &v["spec"]["template"]["spec"];
         assert!(ps["securityContext"].get("runAsNonRoot").is_none());
         assert_eq!(ps["containers"][0]["image"], "pulumi/pulumi:latest");

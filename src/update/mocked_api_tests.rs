@@ -33,6 +33,15 @@ fn stack() -> Stack {
     .unwrap()
 }
 
+/// The Stack's namespace, as the namespace cache has it (no StackPolicy covers it).
+fn namespace() -> k8s_openapi::api::core::v1::Namespace {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "apps", "labels": {"kubernetes.io/metadata.name": "apps"}}
+    }))
+    .unwrap()
+}
+
 fn fixture() -> (Update, Workspace) {
     let s = stack();
     let source = ResolvedSource::Git {
@@ -130,6 +139,8 @@ fn mocked(
         pods: pod_store,
         pods_by_update,
         updates_by_stack: index::Index::new(|_| None),
+        policies: store(vec![]).0,
+        namespaces: store(vec![namespace()]).0,
     };
     let ctx = Context::new(
         client,

@@ -10,5 +10,6 @@ pub mod job;
 mod mocked_api_tests;
 pub mod objects;
 pub mod plan;
+pub mod policy_job;
 pub mod reconcile;
 pub mod status;

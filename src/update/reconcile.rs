@@ -8,7 +8,7 @@ use crate::runtime::cached::{CachedJob, CachedPod};
 use crate::runtime::context::Context;
 use crate::runtime::error::{Error, Result};
 use crate::update::errors::{OutputsUnavailable, PlanUnavailable};
-use crate::update::job::{build_job, build_plan, build_plan_secret, JobConfig};
+use crate::update::job::{build_job, build_plan, build_plan_secret, JobConfig, JobShape};
 use crate::update::objects::{outputs_secret, saved_plan_secret};
 use crate::update::status::{
     job_finished, not_started, pod_ended, pod_start_problem, progress, recheck_after,
@@ -22,7 +22,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use pulumi_operator_api::plan::{plan_secret_name, RunPlan, Source, PLAN_KEY};
+use pulumi_operator_api::plan::{plan_secret_name, FailureReason, RunPlan, PLAN_KEY};
 use pulumi_operator_api::{names, parse_duration, Update, UpdateStatus, Workspace};
 use serde::Serialize;
 use std::ops::ControlFlow;
@@ -818,9 +818,9 @@ async fn start(
 ) -> Result<Started> {
     let ws = go_on!(ready_workspace(update, ctx, ns, api, now).await?);
     let plan = go_on!(run_plan(update, ctx, ns, api, now, &ws).await?);
-    let program = matches!(plan.source, Some(Source::Program { .. }));
+    let shape = JobShape::of(&plan);
     let mut objects: Vec<Created> = Vec::new();
-    if program {
+    if shape.program {
         objects.push(go_on!(
             create_program_config_map(update, ctx, ns, api, now, &ws).await?
         ));
@@ -836,7 +836,7 @@ async fn start(
     if let Some(done) = blocked_or_rejected(ctx, api, update, &objects, now).await? {
         return Ok(Started::Done(done));
     }
-    go_on!(create_job(update, ctx, ns, api, now, &ws, program).await?);
+    go_on!(create_job(update, ctx, ns, api, now, &ws, shape).await?);
     // `startTime` records that this Update has had a Job: it never gets a second one.
     let starting = Progress::Running {
         message: crate::update::status::RUNNING_MESSAGE.into(),
@@ -952,6 +952,27 @@ async fn run_plan(
                 .map(ControlFlow::Break);
         }
     };
+    // The administrator's policy packs: never run without them.
+    match crate::policy::packs_for_update(update, &ctx.stores) {
+        Ok(Some(packs)) => plan.policy_packs = packs,
+        Ok(None) => {
+            info!("namespace not in the cache yet: its policies are decided once it is");
+            return Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(2))));
+        }
+        Err(unavailable) => {
+            warn!(%unavailable, "operation refused: a policy pack is unavailable");
+            return fail_before_start(
+                ctx,
+                api,
+                update,
+                FailureReason::PolicyPackFailed.as_str(),
+                format!("{unavailable}; the operation does not run without it"),
+                now,
+            )
+            .await
+            .map(ControlFlow::Break);
+        }
+    }
     // The outputs come back sealed with this key in the pod's log (see `sealed`).
     plan.outputs_key = Some(pulumi_operator_api::sealed::new_key()?);
     let Some(approved) = crate::update::plan::applied_plan(update) else {
@@ -1038,15 +1059,22 @@ async fn create_job(
     api: &Api<Update>,
     now: &Time,
     ws: &Workspace,
-    program: bool,
+    shape: JobShape,
 ) -> Result<ControlFlow<Action>> {
     let cfg = JobConfig {
         runner_image: ctx.config.runner_image.clone(),
         runner_pull_policy: ctx.config.runner_image_pull_policy.clone(),
     };
-    let job = build_job(update, ws, &cfg, program)?;
+    let job = build_job(update, ws, &cfg, shape)?;
     let pod_spec = serde_json::to_value(job.spec.as_ref().and_then(|s| s.template.spec.as_ref()))?;
-    if let Err(why) = crate::runtime::policy::check_pod(ns, &pod_spec, &ctx.policy) {
+    let checked = crate::runtime::policy::check_pod(ns, &pod_spec, &ctx.policy).and_then(|()| {
+        if shape.policy_packs {
+            crate::update::policy_job::check_untouched(&pod_spec, &cfg.runner_image)
+        } else {
+            Ok(())
+        }
+    });
+    if let Err(why) = checked {
         warn!(%why, "operation not allowed");
         return fail_before_start(
             ctx,

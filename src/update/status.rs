@@ -730,6 +730,7 @@ fn record_success(st: &mut UpdateStatus, result: &RunResult, end: &Option<Time>,
     st.project_info = result.project.clone();
     (st.changed, st.changes) = reported_changes(result);
     st.change_counts = reported_counts(result);
+    st.policy = result.policy.clone();
     st.message = Some(if result.message.is_empty() {
         "succeeded".into()
     } else {
@@ -750,6 +751,7 @@ fn record_failure(
     if let Some(r) = result {
         st.permalink = r.permalink.clone();
         st.project_info = r.project.clone();
+        st.policy = r.policy.clone();
     }
 }
 

@@ -215,7 +215,7 @@ fn job_pod_template(ws: &Workspace, cfg: &JobConfig) -> Result<PodTemplateSpec, 
     let update = workspace_update(ws)?;
     let mut bare = ws.clone();
     bare.status = None;
-    let job = build_job(&update, &bare, cfg, false)?;
+    let job = build_job(&update, &bare, cfg, crate::update::job::JobShape::default())?;
     job.spec
         .map(|s| s.template)
         .ok_or(WorkspaceError::NoPodTemplate)
@@ -623,8 +623,10 @@ mod tests {
         );
         update.metadata.uid = Some("update-uid".into());
         let job = |ws: &Workspace| {
-            serde_json::to_value(build_job(&update, ws, &cfg(), false).unwrap()).unwrap()["spec"]
-                ["template"]["spec"]
+            serde_json::to_value(
+                build_job(&update, ws, &cfg(), crate::update::job::JobShape::default()).unwrap(),
+            )
+            .unwrap()["spec"]["template"]["spec"]
                 .clone()
         };
         let plain = job(&ws);

@@ -1,0 +1,325 @@
+//! The StackPolicy controller: resolves each pack to a commit (a pinned commit as is, a branch
+//! through the shared git poller, with the operator's own view of the repository) and writes
+//! the policy's status: each pack's revision or error, `Ready`, and how many Stacks it covers.
+//! Operations read the revisions from this status (see [`super::packs_for`]).
+
+use super::{covers, selector_error, Subject};
+use crate::runtime::metrics::Metrics;
+use crate::source::{git, poll};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
+use kube::ResourceExt;
+use pulumi_operator_api::policy::{PolicyPackStatus, StackPolicy, StackPolicyStatus};
+use pulumi_operator_api::Stack;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{info, warn};
+
+/// The field manager of the StackPolicy status.
+pub const FIELD_MANAGER: &str = "pulumi-operator-rs/stackpolicy-status";
+
+/// How old a branch head may be before it is read again.
+const BRANCH_MAX_AGE: Duration = Duration::from_secs(60);
+
+/// What the StackPolicy controller reads and writes with.
+pub struct PolicyContext {
+    pub client: kube::Client,
+    pub namespaces: Store<Namespace>,
+    /// The Stack caches of every watched namespace.
+    pub stacks: Vec<Store<Stack>>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// An error of the StackPolicy controller (the status write).
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("writing the StackPolicy status: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// One pack's answer: its commit, why it has none, or still being read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PackAnswer {
+    Revision(String),
+    Error(String),
+    Pending,
+}
+
+fn pack_answer(
+    url: &str,
+    commit: Option<&str>,
+    branch: Option<&str>,
+    metrics: &Arc<Metrics>,
+) -> PackAnswer {
+    match (commit, branch) {
+        (Some(c), None) => PackAnswer::Revision(c.to_ascii_lowercase()),
+        (None, Some(b)) => {
+            let key = poll::Key {
+                url: url.to_string(),
+                reference: b.to_string(),
+                credentials: pulumi_gitauth::Credentials::None.fingerprint(),
+            };
+            let (u, r) = (url.to_string(), b.to_string());
+            let answer = poll::Poller::shared().lookup(
+                key,
+                poll::Need::MaxAge(BRANCH_MAX_AGE),
+                None,
+                Some(metrics.clone()),
+                move |cancel| git::ls_remote(&u, &r, &pulumi_gitauth::Credentials::None, cancel),
+            );
+            match answer {
+                poll::Answer::Ready(Ok(sha)) => PackAnswer::Revision(sha),
+                poll::Answer::Ready(Err(e)) => {
+                    PackAnswer::Error(format!("cannot read branch {b:?}: {e}"))
+                }
+                poll::Answer::Pending => PackAnswer::Pending,
+            }
+        }
+        _ => PackAnswer::Error("must name exactly one of git.commit and git.branch".into()),
+    }
+}
+
+/// The status for `answers` (one per pack, in spec order) and the count of covered Stacks.
+pub fn fold_status(
+    policy: &StackPolicy,
+    answers: &[(String, PackAnswer)],
+    covered: i64,
+    now: &Time,
+) -> StackPolicyStatus {
+    let packs: Vec<PolicyPackStatus> = answers
+        .iter()
+        .map(|(name, a)| PolicyPackStatus {
+            name: name.clone(),
+            revision: match a {
+                PackAnswer::Revision(r) => Some(r.clone()),
+                _ => None,
+            },
+            error: match a {
+                PackAnswer::Error(e) => Some(e.clone()),
+                _ => None,
+            },
+        })
+        .collect();
+    let first_error = packs.iter().find_map(|p| {
+        p.error
+            .as_ref()
+            .map(|e| format!("policy pack {:?}: {e}", p.name))
+    });
+    let pending = answers.iter().find(|(_, a)| *a == PackAnswer::Pending);
+    let (status, reason, message) = match (&first_error, pending, selector_error(policy)) {
+        (Some(e), _, _) => ("False", "PackUnavailable", e.clone()),
+        (None, Some((name, _)), _) => (
+            "False",
+            "Resolving",
+            format!("reading the branch of policy pack {name:?}"),
+        ),
+        (None, None, Some(e)) => ("True", "InvalidSelector", e),
+        (None, None, None) => (
+            "True",
+            "Resolved",
+            format!("{} policy packs resolved", packs.len()),
+        ),
+    };
+    let names = packs
+        .iter()
+        .map(|p| match &p.revision {
+            Some(r) => format!("{}@{}", p.name, &r[..r.len().min(12)]),
+            None => p.name.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    let generation = policy.metadata.generation;
+    let transition = policy
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| {
+            c.iter()
+                .find(|c| c.type_ == "Ready" && c.status == status && c.reason == reason)
+        })
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| now.clone());
+    StackPolicyStatus {
+        observed_generation: generation,
+        conditions: Some(vec![Condition {
+            type_: "Ready".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+            last_transition_time: transition,
+            observed_generation: generation,
+        }]),
+        packs,
+        pack_names: Some(names),
+        covered_stacks: Some(covered),
+        last_error: first_error
+            .or_else(|| policy.status.as_ref().and_then(|s| s.last_error.clone())),
+    }
+}
+
+/// How many cached Stacks `policy` covers.
+fn covered_stacks(policy: &StackPolicy, ctx: &PolicyContext) -> i64 {
+    let empty = Default::default();
+    let mut count = 0;
+    for store in &ctx.stacks {
+        for stack in store.state() {
+            let ns = stack.namespace().unwrap_or_default();
+            let ns_labels = ctx
+                .namespaces
+                .get(&kube::runtime::reflector::ObjectRef::new(&ns))
+                .map(|n| n.labels().clone())
+                .unwrap_or_default();
+            let subject = Subject {
+                namespace_labels: &ns_labels,
+                stack_labels: Some(stack.metadata.labels.as_ref().unwrap_or(&empty)),
+            };
+            if covers(policy, &subject) {
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
+pub async fn reconcile(
+    policy: Arc<StackPolicy>,
+    ctx: Arc<PolicyContext>,
+) -> Result<Action, PolicyError> {
+    let answers: Vec<(String, PackAnswer)> = policy
+        .spec
+        .packs
+        .iter()
+        .map(|p| {
+            let g = &p.git;
+            (
+                p.name.clone(),
+                pack_answer(
+                    &g.url,
+                    g.commit.as_deref(),
+                    g.branch.as_deref(),
+                    &ctx.metrics,
+                ),
+            )
+        })
+        .collect();
+    let now = Time(jiff::Timestamp::now());
+    let status = fold_status(&policy, &answers, covered_stacks(&policy, &ctx), &now);
+    if policy.status.as_ref() != Some(&status) {
+        let patch = serde_json::json!({
+            "apiVersion": format!("{}/v1alpha1", pulumi_operator_api::policy::GROUP),
+            "kind": "StackPolicy",
+            "status": status,
+        });
+        let api: Api<StackPolicy> = Api::all(ctx.client.clone());
+        api.patch_status(
+            &policy.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+        info!(policy = %policy.name_any(), packs = ?status.pack_names, "stack policy status written");
+    }
+    let branches = policy.spec.packs.iter().any(|p| p.git.branch.is_some());
+    if answers.iter().any(|(_, a)| *a == PackAnswer::Pending) {
+        Ok(Action::requeue(Duration::from_secs(2)))
+    } else if branches {
+        Ok(Action::requeue(BRANCH_MAX_AGE))
+    } else {
+        // The covered count follows Stacks and namespaces; refreshed now and then.
+        Ok(Action::requeue(Duration::from_secs(300)))
+    }
+}
+
+pub fn error_policy(
+    policy: Arc<StackPolicy>,
+    error: &PolicyError,
+    _ctx: Arc<PolicyContext>,
+) -> Action {
+    warn!(policy = %policy.name_any(), %error, "stack policy reconcile failed");
+    Action::requeue(Duration::from_secs(15))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    use pulumi_operator_api::policy::StackPolicySpec;
+
+    fn policy() -> StackPolicy {
+        let mut p = StackPolicy::new(
+            "limits",
+            StackPolicySpec {
+                packs: vec![],
+                namespace_selector: LabelSelector::default(),
+                stack_selector: None,
+            },
+        );
+        p.metadata.generation = Some(3);
+        p
+    }
+
+    fn now() -> Time {
+        Time(jiff::Timestamp::from_second(1_800_000_000).unwrap())
+    }
+
+    #[test]
+    fn resolved_packs_make_the_policy_ready_with_their_revisions() {
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        let answers = vec![
+            ("limits".to_string(), PackAnswer::Revision(sha.into())),
+            ("labels".to_string(), PackAnswer::Revision(sha.into())),
+        ];
+        let st = fold_status(&policy(), &answers, 7, &now());
+        assert_eq!(st.observed_generation, Some(3));
+        assert_eq!(
+            st.pack_names.as_deref(),
+            Some("limits@0123456789ab,labels@0123456789ab")
+        );
+        assert_eq!(st.covered_stacks, Some(7));
+        let ready = &st.conditions.unwrap()[0];
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("True", "Resolved")
+        );
+        assert_eq!(st.packs[1].revision.as_deref(), Some(sha));
+    }
+
+    #[test]
+    fn an_unreadable_pack_is_named_in_the_condition_and_the_last_error() {
+        let answers = vec![
+            (
+                "limits".to_string(),
+                PackAnswer::Error("cannot read branch \"main\": connection refused".into()),
+            ),
+            ("labels".to_string(), PackAnswer::Pending),
+        ];
+        let st = fold_status(&policy(), &answers, 0, &now());
+        let ready = &st.conditions.clone().unwrap()[0];
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "PackUnavailable")
+        );
+        assert!(
+            ready
+                .message
+                .starts_with("policy pack \"limits\": cannot read branch"),
+            "{}",
+            ready.message
+        );
+        assert_eq!(st.last_error.as_deref(), Some(ready.message.as_str()));
+        assert_eq!(
+            st.packs[1],
+            PolicyPackStatus {
+                name: "labels".into(),
+                revision: None,
+                error: None
+            }
+        );
+        // Only pending: resolving.
+        let st = fold_status(&policy(), &answers[1..], 0, &now());
+        assert_eq!(st.conditions.unwrap()[0].reason, "Resolving");
+    }
+}
