@@ -61,12 +61,6 @@ const NOT_REQUESTS: &[(&str, &str, &str, &str)] = &[
         "the watches' initial list where the API server does not stream it (no WatchList feature); on this cluster it streams, which is authorized as watch",
     ),
     (
-        "policy.pulumi-operator-rs.dev",
-        "stackpolicies",
-        "list",
-        "the watches' initial list where the API server does not stream it (no WatchList feature); on this cluster it streams, which is authorized as watch",
-    ),
-    (
         "",
         "namespaces",
         "list",

@@ -55,6 +55,7 @@ fn there_is_one_file_per_crd_plus_kustomization() {
             "pulumi.com_programs.yaml",
             "auto.pulumi.com_workspaces.yaml",
             "auto.pulumi.com_updates.yaml",
+            "policy.pulumi-operator-rs.dev_stackpolicies.yaml",
             "Kustomization",
         ]
     );
@@ -99,7 +100,13 @@ fn crds_are_small_enough_for_client_side_apply() {
 fn common_crd_properties() {
     for (file, crd) in crd::all().expect("CRDs generate") {
         let names = &crd.spec.names;
-        assert_eq!(crd.spec.scope, "Namespaced", "{file}");
+        // StackPolicy is the administrator's: cluster-scoped; the rest belong to namespaces.
+        let scope = if crd.spec.names.kind == "StackPolicy" {
+            "Cluster"
+        } else {
+            "Namespaced"
+        };
+        assert_eq!(crd.spec.scope, scope, "{file}");
         assert_eq!(
             names.categories.as_deref(),
             Some(&["pulumi".to_string()][..]),

@@ -89,7 +89,10 @@ fn revision(policy: &StackPolicy, pack: &PolicyPackSpec) -> Result<String, Strin
         .and_then(|s| s.packs.iter().find(|p| p.name == pack.name));
     match seen {
         Some(p) if p.revision.is_some() => Ok(p.revision.clone().unwrap_or_default()),
-        Some(p) => Err(p.error.clone().unwrap_or_else(|| "has no revision".into())),
+        Some(p) => Err(p
+            .error
+            .clone()
+            .unwrap_or_else(|| "is still being resolved".into())),
         None => Err("is not resolved yet".into()),
     }
 }

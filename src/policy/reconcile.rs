@@ -82,6 +82,34 @@ fn pack_answer(
     }
 }
 
+/// A branch being read again keeps what the status said of it for this generation (its last
+/// revision or error): a re-read must not make a resolved pack unusable for a moment.
+pub fn carry_over(
+    policy: &StackPolicy,
+    answers: Vec<(String, PackAnswer)>,
+) -> Vec<(String, PackAnswer)> {
+    let status = policy
+        .status
+        .as_ref()
+        .filter(|s| s.observed_generation == policy.metadata.generation);
+    answers
+        .into_iter()
+        .map(|(name, answer)| {
+            let before = status.and_then(|s| s.packs.iter().find(|p| p.name == name));
+            let answer = match (answer, before) {
+                (PackAnswer::Pending, Some(p)) if p.revision.is_some() => {
+                    PackAnswer::Revision(p.revision.clone().unwrap_or_default())
+                }
+                (PackAnswer::Pending, Some(p)) if p.error.is_some() => {
+                    PackAnswer::Error(p.error.clone().unwrap_or_default())
+                }
+                (answer, _) => answer,
+            };
+            (name, answer)
+        })
+        .collect()
+}
+
 /// The status for `answers` (one per pack, in spec order) and the count of covered Stacks.
 pub fn fold_status(
     policy: &StackPolicy,
@@ -205,6 +233,7 @@ pub async fn reconcile(
             )
         })
         .collect();
+    let answers = carry_over(&policy, answers);
     let now = Time(jiff::Timestamp::now());
     let status = fold_status(&policy, &answers, covered_stacks(&policy, &ctx), &now);
     if policy.status.as_ref() != Some(&status) {
@@ -321,5 +350,23 @@ mod tests {
         // Only pending: resolving.
         let st = fold_status(&policy(), &answers[1..], 0, &now());
         assert_eq!(st.conditions.unwrap()[0].reason, "Resolving");
+    }
+
+    #[test]
+    fn a_branch_read_again_keeps_its_last_answer_for_the_generation() {
+        let mut p = policy();
+        let first = vec![
+            ("limits".to_string(), PackAnswer::Error("gone".into())),
+            ("labels".to_string(), PackAnswer::Revision("a".repeat(40))),
+        ];
+        p.status = Some(fold_status(&p, &first, 0, &now()));
+        let again = vec![
+            ("limits".to_string(), PackAnswer::Pending),
+            ("labels".to_string(), PackAnswer::Pending),
+        ];
+        assert_eq!(carry_over(&p, again.clone()), first);
+        // A new generation starts afresh.
+        p.metadata.generation = Some(4);
+        assert_eq!(carry_over(&p, again.clone()), again);
     }
 }

@@ -47,6 +47,7 @@ pub async fn check_crds_installed(client: &kube::Client) -> Result<(), StartChec
         probe::<Program>(client).await,
         probe::<Workspace>(client).await,
         probe::<Update>(client).await,
+        probe::<pulumi_operator_api::policy::StackPolicy>(client).await,
     ] {
         match result {
             Ok(()) => {}
