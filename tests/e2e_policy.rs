@@ -171,3 +171,321 @@ async fn a_stack_policy_resolves_its_packs_and_covers_only_its_namespaces() {
 
     let _ = policies.delete(&name, &DeleteParams::default()).await;
 }
+
+/// A pack's files (tests/policy-packs/<name>), at `packs/<name>/` in a repository.
+fn pack_files(name: &str) -> Vec<(String, String)> {
+    let dir = test_support::repo_root()
+        .join("tests/policy-packs")
+        .join(name);
+    let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("pack dir entry").path())
+        .filter(|p| p.is_file())
+        .map(|p| {
+            let file = p.file_name().unwrap().to_string_lossy().into_owned();
+            let content = std::fs::read_to_string(&p).expect("pack file");
+            (format!("packs/{name}/{file}"), content)
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+const TOKEN: &str = "tok-policy-never-in-logs";
+const FIRST: Duration = Duration::from_secs(900);
+
+/// PKO's documented rights for the program, the dependency cache and the program's Secret.
+fn prepare(f: &StackFixture) {
+    f.sn.grant_program_rights();
+    f.sn.ns.apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: app-secrets}}\nstringData: {{token: {TOKEN}}}\n"
+    ));
+}
+
+fn program_stack(f: &StackFixture, name: &str, sha: &str, labels: &str, extra: &str) -> String {
+    let yaml = f.stack_yaml(
+        name,
+        &format!("commit: {sha}"),
+        &format!(
+            r#"  config:
+    kubernetes:namespace: {ns}
+  secretsRef:
+    token:
+      type: Secret
+      secret: {{name: app-secrets, key: token}}
+{extra}{cache}"#,
+            ns = f.ns(),
+            cache = test_support::DEPENDENCY_CACHE_TEMPLATE,
+        ),
+    );
+    yaml.replacen(
+        &format!("  name: {name}\n"),
+        &format!("  name: {name}\n  labels: {{{labels}}}\n"),
+        1,
+    )
+}
+
+fn stalled_reason(s: &pulumi_operator_api::Stack) -> String {
+    s.status
+        .as_ref()
+        .and_then(|st| st.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Stalled"))
+        .map(|c| c.reason.clone())
+        .unwrap_or_default()
+}
+
+fn finished(s: &pulumi_operator_api::Stack) -> bool {
+    stack_ready(s) || !stalled_reason(s).is_empty()
+}
+
+fn condition<'a>(
+    s: &'a pulumi_operator_api::Stack,
+    kind: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    s.status
+        .as_ref()
+        .and_then(|st| st.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == kind))
+}
+
+fn limits_policy(name: &str, ns: &str, url: &str, sha: &str, level: &str) -> String {
+    format!(
+        r#"apiVersion: policy.pulumi-operator-rs.dev/v1alpha1
+kind: StackPolicy
+metadata:
+  name: {name}
+spec:
+  namespaceSelector:
+    matchLabels: {{policy-e2e: {ns}}}
+  packs:
+  - name: limits
+    git: {{url: "{url}", commit: {sha}, dir: packs/typescript-limits}}
+    config: {{deployment-resource-limits: {level}}}
+"#
+    )
+}
+
+fn labels_policy(name: &str, ns: &str, url: &str, sha: &str) -> String {
+    format!(
+        r#"apiVersion: policy.pulumi-operator-rs.dev/v1alpha1
+kind: StackPolicy
+metadata:
+  name: {name}
+spec:
+  namespaceSelector:
+    matchLabels: {{policy-e2e: {ns}}}
+  stackSelector:
+    matchLabels: {{advisory: "yes"}}
+  packs:
+  - name: labels
+    git: {{url: "{url}", commit: {sha}, dir: packs/python-advisory}}
+"#
+    )
+}
+
+/// A TypeScript pack (mandatory: Deployments need resource limits) and a Python pack
+/// (advisory: Deployments need a `team` label, for Stacks labelled `advisory: "yes"`), from
+/// git, on a TypeScript program with the real Kubernetes provider: the violating commit fails
+/// with the violation in the Stack's status and no Deployment reaches the cluster; the same
+/// commit deploys in an uncovered namespace; the fixed commit deploys with `PolicyWarnings`;
+/// turning the mandatory policy off lets the violating commit deploy at its next operation;
+/// and a tenant's attempts to get around the packs are refused.
+#[tokio::test]
+async fn packs_refuse_warn_and_follow_their_configuration() {
+    let f = StackFixture::new("pol-ts").await;
+    let g = StackFixture::new("pol-free").await;
+    prepare(&f);
+    prepare(&g);
+    let ns = f.ns().to_string();
+    let mut files = test_support::program_files("typescript");
+    let program_only = files.clone();
+    files.extend(pack_files("typescript-limits"));
+    files.extend(pack_files("python-advisory"));
+    let bad = f.repo.commit_files(&files, "no limits");
+    for (path, content) in files.iter_mut() {
+        if path == "index.ts" {
+            *content = content.replace(
+                "ports: [{ containerPort: 8080, name: \"http\" }],",
+                "ports: [{ containerPort: 8080, name: \"http\" }],\n                    resources: { limits: { cpu: \"100m\", memory: \"128Mi\" } },",
+            );
+            assert!(
+                content.contains("limits: { cpu"),
+                "the program changed: {content}"
+            );
+        }
+    }
+    let good = f.repo.commit_files(&files, "limits");
+    let free = g.repo.commit_files(&program_only, "no limits, no policy");
+
+    kubectl(&["label", "namespace", &ns, &format!("policy-e2e={ns}")]);
+    let policies: Api<StackPolicy> = Api::all(f.sn.ns.client.clone());
+    let (limits, labels) = (format!("{ns}-limits"), format!("{ns}-labels"));
+    apply_cluster(&limits_policy(&limits, &ns, &f.url(), &good, "mandatory"));
+    apply_cluster(&labels_policy(&labels, &ns, &f.url(), &good));
+    for name in [&limits, &labels] {
+        wait_policy(&policies, name, "the packs resolved", |p| {
+            ready_reason(p) == "True/Resolved"
+        })
+        .await;
+    }
+
+    f.sn.ns.apply(&program_stack(
+        &f,
+        "bad",
+        &bad,
+        "",
+        "  destroyOnFinalize: true\n",
+    ));
+    f.sn.ns.apply(&program_stack(
+        &f,
+        "good",
+        &good,
+        "advisory: \"yes\"",
+        "  destroyOnFinalize: true\n",
+    ));
+    g.sn.ns.apply(&program_stack(&g, "free", &free, "", ""));
+
+    // The violating commit: refused, the violation listed once, nothing deployed.
+    let s = f
+        .wait_stack_for(FIRST, "bad", "the violating Stack to end", finished)
+        .await;
+    let logs = kubectl(&[
+        "-n",
+        &ns,
+        "logs",
+        &format!("job/{}", last_update(&s).name.unwrap_or_default()),
+    ]);
+    assert_eq!(
+        stalled_reason(&s),
+        "PolicyViolation",
+        "{:?}\n{logs}",
+        last_update(&s).message
+    );
+    let report = s
+        .status
+        .as_ref()
+        .and_then(|st| st.policy.clone())
+        .expect("status.policy");
+    assert_eq!((report.violations, report.mandatory), (1, 1), "{report:?}");
+    let v = &report.items[0];
+    assert_eq!(
+        (
+            v.pack.as_str(),
+            v.policy.as_str(),
+            v.enforcement_level.as_str()
+        ),
+        ("k8s-limits", "deployment-resource-limits", "mandatory")
+    );
+    assert!(
+        v.urn.ends_with("kubernetes:apps/v1:Deployment::web"),
+        "{}",
+        v.urn
+    );
+    assert!(
+        v.message.contains("no cpu or memory limit"),
+        "{}",
+        v.message
+    );
+    assert!(!logs.contains(TOKEN), "the secret reached the log");
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(f.sn.ns.client.clone(), &ns);
+    let present = deployments.list(&Default::default()).await.unwrap().items;
+    // Only the compliant Stack's Deployment may exist.
+    assert!(
+        present.iter().all(|d| d
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("app"))
+            .is_none()
+            || d.spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .is_some_and(|p| p.containers.iter().all(|c| c
+                    .resources
+                    .as_ref()
+                    .and_then(|r| r.limits.as_ref())
+                    .is_some()))),
+        "a Deployment without limits reached the cluster"
+    );
+    let table = kubectl(&["-n", &ns, "get", "stack", "bad"]);
+    assert!(table.contains("VIOLATIONS"), "{table}");
+
+    // The fixed commit: Ready, with the advisory pack's warning.
+    let s = f
+        .wait_stack_for(FIRST, "good", "the compliant Stack to end", finished)
+        .await;
+    assert!(stack_ready(&s), "{:?}", last_update(&s).message);
+    let warn = condition(&s, "PolicyWarnings").expect("PolicyWarnings");
+    assert!(
+        warn.message.contains("k8s-labels/deployment-team-label"),
+        "{}",
+        warn.message
+    );
+    let report = s
+        .status
+        .as_ref()
+        .and_then(|st| st.policy.clone())
+        .expect("status.policy");
+    assert_eq!((report.violations, report.mandatory), (1, 0), "{report:?}");
+
+    // The same violating program in an uncovered namespace deploys.
+    let s = g
+        .wait_stack_for(FIRST, "free", "the uncovered Stack to end", finished)
+        .await;
+    assert!(stack_ready(&s), "{:?}", last_update(&s).message);
+    assert!(s
+        .status
+        .as_ref()
+        .and_then(|st| st.policy.as_ref())
+        .is_none());
+
+    // Escapes: variables that change how packs run, and a template replacing the runner.
+    f.sn.ns.apply(&program_stack(
+        &f,
+        "sneaky",
+        &bad,
+        "",
+        "  envRefs:\n    NODE_OPTIONS: {type: Literal, literal: {value: \"--require /tmp/skip.js\"}}\n",
+    ));
+    let s = f
+        .wait_stack_for(T, "sneaky", "the Stack with NODE_OPTIONS to fail", |s| {
+            last_update(s)
+                .message
+                .is_some_and(|m| m.contains("NODE_OPTIONS"))
+        })
+        .await;
+    assert!(!stack_ready(&s));
+
+    // The administrator turns the mandatory policy off: the violating commit deploys at its
+    // next operation.
+    apply_cluster(&limits_policy(&limits, &ns, &f.url(), &good, "disabled"));
+    wait_policy(&policies, &limits, "the new configuration observed", |p| {
+        p.status.as_ref().and_then(|s| s.observed_generation) == p.metadata.generation
+    })
+    .await;
+    kubectl(&[
+        "-n",
+        &ns,
+        "annotate",
+        "stack",
+        "bad",
+        "pulumi.com/reconciliation-request=after-config",
+        "--overwrite",
+    ]);
+    let s = f
+        .wait_stack_for(FIRST, "bad", "the violating commit to deploy", |s| {
+            stack_ready(s)
+        })
+        .await;
+    let report = s
+        .status
+        .as_ref()
+        .and_then(|st| st.policy.clone())
+        .expect("status.policy");
+    assert_eq!(report.violations, 0, "{report:?}");
+
+    for name in [&limits, &labels] {
+        let _ = policies.delete(name, &DeleteParams::default()).await;
+    }
+}

@@ -169,6 +169,22 @@ pub struct PolicyViolation {
     pub enforcement_level: String,
 }
 
+/// Whether an environment variable changes how a policy pack runs (its interpreter's options,
+/// module search path or package manager): an operation the administrator's packs cover may
+/// not set it (the operator checks the Job, the runner its own environment).
+pub fn changes_how_packs_run(name: &str) -> bool {
+    const NAMES: [&str; 6] = [
+        "NODE_OPTIONS",
+        "NODE_PATH",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONSTARTUP",
+        "PULUMI_PYTHON_CMD",
+    ];
+    const PREFIXES: [&str; 4] = ["PULUMI_POLICY", "npm_config_", "NPM_CONFIG_", "PIP_"];
+    NAMES.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
 /// The most violations a result (and a status) lists; the counts stay exact.
 pub const MAX_REPORTED_VIOLATIONS: usize = 20;
 

@@ -18,21 +18,6 @@ pub const POLICY_CONTAINER: &str = "policy";
 /// The home of the `policy` container (package managers' caches), in the share volume.
 const POLICY_HOME: &str = "/share/policy-home";
 
-/// Environment variables that change how policy packs load or run (the analyzers inherit the
-/// CLI's environment): a covered operation may not set them.
-pub fn changes_policy_packs(name: &str) -> bool {
-    const EXACT: [&str; 6] = [
-        "NODE_OPTIONS",
-        "NODE_PATH",
-        "PYTHONPATH",
-        "PYTHONHOME",
-        "PYTHONSTARTUP",
-        "PULUMI_PYTHON_CMD",
-    ];
-    const PREFIXES: [&str; 4] = ["PULUMI_POLICY", "npm_config_", "NPM_CONFIG_", "PIP_"];
-    EXACT.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p))
-}
-
 pub fn packs_volume() -> Volume {
     Volume {
         name: PACKS_VOLUME.into(),
@@ -198,7 +183,7 @@ fn check_env(pod: &Value) -> Result<(), NotAllowed> {
         for c in containers(pod, key) {
             for e in c.get("env").and_then(Value::as_array).into_iter().flatten() {
                 let name = e.get("name").and_then(Value::as_str).unwrap_or_default();
-                if changes_policy_packs(name) {
+                if pulumi_operator_api::policy::changes_how_packs_run(name) {
                     return Err(NotAllowed(format!(
                         "environment variable {name} changes how policy packs run and may not be \
                          set on a Stack the administrator's policy packs (StackPolicy) cover"

@@ -46,21 +46,7 @@ pub fn runs_packs(op: Operation) -> bool {
     matches!(op, Operation::Preview | Operation::Up)
 }
 
-/// Whether an environment variable changes how a policy pack runs (its interpreter's
-/// options, module search path or package manager), so that a tenant could weaken the
-/// administrator's packs with it.
-pub fn changes_how_packs_run(name: &str) -> bool {
-    const NAMES: [&str; 6] = [
-        "NODE_OPTIONS",
-        "NODE_PATH",
-        "PYTHONPATH",
-        "PYTHONHOME",
-        "PYTHONSTARTUP",
-        "PULUMI_PYTHON_CMD",
-    ];
-    const PREFIXES: [&str; 4] = ["PULUMI_POLICY", "npm_config_", "NPM_CONFIG_", "PIP_"];
-    NAMES.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p))
-}
+pub use pulumi_operator_api::policy::changes_how_packs_run;
 
 /// The first of `names` that [`changes_how_packs_run`], as a failure.
 pub fn refuse_env<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<(), Failure> {
