@@ -98,7 +98,9 @@ target_dir() {
 pulumi_image_dir() {
   local dir="$STATE_DIR/pulumi-image" f
   rm -rf "$dir"; mkdir -p "$dir"
-  for f in "$TOOLS_BIN"/pulumi "$TOOLS_BIN"/pulumi-language-* "$TOOLS_BIN"/pulumi-resource-*; do
+  # As in the upstream image: the CLI, its language hosts with the policy-pack launch scripts
+  # (pulumi-analyzer-policy{,-python}), and the provider plugins.
+  for f in "$TOOLS_BIN"/pulumi "$TOOLS_BIN"/pulumi-language-* "$TOOLS_BIN"/pulumi-analyzer-* "$TOOLS_BIN"/pulumi-resource-*; do
     [ -e "$f" ] || continue
     ln -f "$f" "$dir/" 2>/dev/null || cp "$f" "$dir/"
   done
