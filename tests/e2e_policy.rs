@@ -457,6 +457,85 @@ async fn packs_refuse_warn_and_follow_their_configuration() {
         .await;
     assert!(!stack_ready(&s));
 
+    // A template that replaces the runner's command is refused before anything runs.
+    f.sn.ns.apply(&f.stack_yaml(
+        "swapped",
+        &format!("commit: {bad}"),
+        "  workspaceTemplate:\n    spec:\n      podTemplate:\n        spec:\n          containers:\n          - name: pulumi\n            command: [pulumi, up, --yes, --skip-preview]\n",
+    ));
+    f.wait_stack_for(
+        T,
+        "swapped",
+        "the Stack with its own command to fail",
+        |s| {
+            last_update(s)
+                .message
+                .is_some_and(|m| m.contains("replaces the pulumi container's command"))
+        },
+    )
+    .await;
+    // An Update written by hand against the violating Stack's Workspace runs with the packs.
+    f.sn.ns.apply(
+        "apiVersion: auto.pulumi.com/v1alpha1\nkind: Update\nmetadata: {name: by-hand}\nspec: {workspaceName: bad, stackName: dev, type: up}\n",
+    );
+    let updates: Api<pulumi_operator_api::Update> = Api::namespaced(f.sn.ns.client.clone(), &ns);
+    let u = test_support::wait_for(FIRST, "the hand-made Update to end", || async {
+        let u = updates.get("by-hand").await.ok()?;
+        let done = u
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .any(|c| c.type_ == "Complete" && c.status == "True");
+        done.then_some(u)
+    })
+    .await;
+    let st = u.status.clone().unwrap_or_default();
+    let failed = st
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Failed")
+        .cloned();
+    assert_eq!(
+        failed.map(|c| (c.status, c.reason)),
+        Some(("True".into(), "PolicyViolation".into())),
+        "{st:?}"
+    );
+    assert_eq!(st.policy.map(|p| p.mandatory), Some(1));
+    // With the approval gate, the saved plan is checked first: nobody is asked to approve it.
+    f.sn.ns.apply(&program_stack(
+        &f,
+        "gated",
+        &bad,
+        "",
+        "  approval: {required: true}\n",
+    ));
+    let s = f
+        .wait_stack_for(
+            FIRST,
+            "gated",
+            "the gated Stack's plan to be refused",
+            finished,
+        )
+        .await;
+    assert_eq!(
+        stalled_reason(&s),
+        "PolicyViolation",
+        "{:?}",
+        last_update(&s).message
+    );
+    let waiting = s
+        .status
+        .as_ref()
+        .and_then(|st| st.approval.as_ref())
+        .and_then(|a| a.state.clone());
+    assert!(
+        waiting.as_ref().is_none_or(|w| w.as_str() != "AwaitingApproval"),
+        "{waiting:?}"
+    );
+
     // The administrator turns the mandatory policy off: the violating commit deploys at its
     // next operation.
     apply_cluster(&limits_policy(&limits, &ns, &f.url(), &good, "disabled"));
