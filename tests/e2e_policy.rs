@@ -410,6 +410,25 @@ async fn packs_refuse_warn_and_follow_their_configuration() {
     );
     let table = kubectl(&["-n", &ns, "get", "stack", "bad"]);
     assert!(table.contains("VIOLATIONS"), "{table}");
+    let events = kubectl(&[
+        "-n",
+        &ns,
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=bad,reason=PolicyViolation",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(
+        events.contains("k8s-limits/deployment-resource-limits"),
+        "no PolicyViolation Event: {events}"
+    );
+    let metrics = test_support::operator_metrics();
+    assert!(
+        test_support::metric_total(&metrics, "pulumi_operator_policy_violations_total") >= 1,
+        "{metrics}"
+    );
 
     // The fixed commit: Ready, with the advisory pack's warning.
     let s = f
@@ -532,7 +551,9 @@ async fn packs_refuse_warn_and_follow_their_configuration() {
         .and_then(|st| st.approval.as_ref())
         .and_then(|a| a.state.clone());
     assert!(
-        waiting.as_ref().is_none_or(|w| w.as_str() != "AwaitingApproval"),
+        waiting
+            .as_ref()
+            .is_none_or(|w| w.as_str() != "AwaitingApproval"),
         "{waiting:?}"
     );
 

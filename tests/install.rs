@@ -214,6 +214,11 @@ async fn kubectl_explain_and_get_pulumi_show_the_api() {
         explain.contains("The operation: `up`, `preview`, `refresh` or `destroy`."),
         "{explain}"
     );
+    let explain = kubectl(&["explain", "stackpolicy.spec.packs.config"]);
+    assert!(
+        explain.contains("--policy-pack-config") && explain.contains("enforcementLevel"),
+        "{explain}"
+    );
 
     let ns = TestNamespace::new("getpulumi").await;
     ns.apply(
