@@ -589,3 +589,141 @@ async fn packs_refuse_warn_and_follow_their_configuration() {
         let _ = policies.delete(name, &DeleteParams::default()).await;
     }
 }
+
+/// `tests/policy-packs/<name>` as `<dir>/<name>.tar.gz` (the pack at `<name>/` inside);
+/// returns its `sha256:` digest.
+fn packaged(dir: &std::path::Path, name: &str) -> String {
+    let archive = dir.join(format!("{name}.tar.gz"));
+    let out = std::process::Command::new("tar")
+        .arg("czf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(test_support::repo_root().join("tests/policy-packs"))
+        .arg(name)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    use sha2::Digest;
+    let bytes = std::fs::read(&archive).unwrap();
+    let hex: String = sha2::Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256:{hex}")
+}
+
+/// A packaged pack (a `.tar.gz` at a URL with its digest) and a pack from a Flux source (a
+/// GitRepository whose artifact the test publishes, playing source-controller) cover a
+/// namespace: the policy shows both digests, and a violating Stack there fails with the
+/// mandatory violation of the one and the advisory violation of the other.
+#[tokio::test]
+async fn packaged_and_flux_packs_run_at_their_digest() {
+    kubectl(&[
+        "apply",
+        "--server-side",
+        "-f",
+        test_support::repo_root()
+            .join("tests/fixtures/flux-source-crds.yaml")
+            .to_str()
+            .unwrap(),
+    ]);
+    kubectl(&[
+        "wait",
+        "--for=condition=established",
+        "crd/gitrepositories.source.toolkit.fluxcd.io",
+        "--timeout=60s",
+    ]);
+    let f = StackFixture::new("pol-pkg").await;
+    prepare(&f);
+    let ns = f.ns().to_string();
+    let bad = f
+        .repo
+        .commit_files(&test_support::program_files("typescript"), "no limits");
+    let dir = std::env::temp_dir().join(format!("packs-{ns}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let server = test_support::FileServer::start(dir.clone());
+    let limits = packaged(&dir, "typescript-limits");
+    let labels = packaged(&dir, "python-advisory");
+    f.sn.ns.apply("apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nmetadata: {name: packs}\nspec: {url: https://example.invalid/packs, interval: 1m}\n");
+    let artifact = serde_json::json!({"status": {"artifact": {
+        "path": "gitrepository/packs.tar.gz", "url": format!("{}/python-advisory.tar.gz", server.url),
+        "revision": "main@sha1:0123", "digest": labels, "lastUpdateTime": "2026-01-01T00:00:00Z"
+    }}});
+    kubectl(&[
+        "-n",
+        &ns,
+        "patch",
+        "gitrepository",
+        "packs",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &artifact.to_string(),
+    ]);
+
+    kubectl(&["label", "namespace", &ns, &format!("policy-e2e={ns}")]);
+    let name = format!("{ns}-packaged");
+    apply_cluster(&format!(
+        r#"apiVersion: policy.pulumi-operator-rs.dev/v1alpha1
+kind: StackPolicy
+metadata:
+  name: {name}
+spec:
+  namespaceSelector:
+    matchLabels: {{policy-e2e: {ns}}}
+  packs:
+  - name: limits
+    archive: {{url: "{url}/typescript-limits.tar.gz", digest: "{limits}", dir: typescript-limits}}
+  - name: labels
+    fluxSource:
+      sourceRef: {{apiVersion: source.toolkit.fluxcd.io/v1, kind: GitRepository, name: packs, namespace: {ns}}}
+      dir: python-advisory
+"#,
+        url = server.url
+    ));
+    let policies: Api<StackPolicy> = Api::all(f.sn.ns.client.clone());
+    let p = wait_policy(&policies, &name, "both packs resolved", |p| {
+        ready_reason(p) == "True/Resolved"
+    })
+    .await;
+    let names = p.status.and_then(|s| s.pack_names).unwrap_or_default();
+    assert_eq!(
+        names,
+        format!("limits@{},labels@{}", &limits[7..19], &labels[7..19])
+    );
+
+    f.sn.ns.apply(&program_stack(&f, "bad", &bad, "", ""));
+    let s = f
+        .wait_stack_for(FIRST, "bad", "the violating Stack to end", finished)
+        .await;
+    assert_eq!(
+        stalled_reason(&s),
+        "PolicyViolation",
+        "{:?}",
+        last_update(&s).message
+    );
+    let report = s
+        .status
+        .as_ref()
+        .and_then(|st| st.policy.clone())
+        .expect("status.policy");
+    assert_eq!((report.violations, report.mandatory), (2, 1), "{report:?}");
+    let levels: Vec<(String, String)> = report
+        .items
+        .iter()
+        .map(|v| (v.pack.clone(), v.enforcement_level.clone()))
+        .collect();
+    assert_eq!(
+        levels,
+        [
+            ("k8s-limits".to_string(), "mandatory".to_string()),
+            ("k8s-labels".to_string(), "advisory".to_string())
+        ]
+    );
+    let _ = policies.delete(&name, &DeleteParams::default()).await;
+    let _ = std::fs::remove_dir_all(dir);
+}

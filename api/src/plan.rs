@@ -275,6 +275,10 @@ impl PolicyPackPlan {
             Source::Git {
                 commit: Some(c), ..
             } => format!("{}@{}", self.name, &c[..c.len().min(12)]),
+            Source::Flux { digest, .. } => {
+                let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+                format!("{}@{}", self.name, &hex[..hex.len().min(12)])
+            }
             _ => self.name.clone(),
         }
     }

@@ -66,8 +66,18 @@ pub struct PolicyPackSpec {
     )]
     pub name: String,
 
-    /// Where the pack comes from: a git repository.
-    pub git: PolicyPackGitSource,
+    /// A git repository holding the pack. Exactly one of `git`, `fluxSource` and `archive`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<PolicyPackGitSource>,
+
+    /// A Flux source (`GitRepository`, `OCIRepository` or `Bucket`, in any namespace) whose
+    /// artifact holds the pack: the operator reads its current artifact (URL and digest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flux_source: Option<PolicyPackFluxSource>,
+
+    /// A packaged pack: a `.tar.gz` at a URL, checked against its digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<PolicyPackArchive>,
 
     /// The pack's configuration, as `pulumi --policy-pack-config` takes it: by policy name,
     /// either an enforcement level (`"advisory"`, `"mandatory"`, `"remediate"`, `"disabled"`)
@@ -92,6 +102,44 @@ pub struct PolicyPackGitSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<String>,
     /// The pack's directory in the repository (default: its root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
+}
+
+/// A Flux source holding a policy pack.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyPackFluxSource {
+    /// The Flux source object: `apiVersion` (e.g. `source.toolkit.fluxcd.io/v1`), `kind`,
+    /// `name` and `namespace`.
+    pub source_ref: PolicyPackFluxReference,
+    /// The pack's directory in the artifact (default: its root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
+}
+
+/// The Flux source object of a pack.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyPackFluxReference {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    /// The source's namespace (StackPolicies are cluster-scoped).
+    pub namespace: String,
+}
+
+/// A packaged policy pack.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyPackArchive {
+    /// Where to download the `.tar.gz` (`https://…`).
+    #[schemars(length(min = 1))]
+    pub url: String,
+    /// Its SHA-256, `sha256:<64 hex digits>`: a download with another digest is refused.
+    #[schemars(regex(pattern = r"^sha256:[0-9a-f]{64}$"))]
+    pub digest: String,
+    /// The pack's directory in the archive (default: its root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dir: Option<String>,
 }
@@ -127,9 +175,12 @@ pub struct StackPolicyStatus {
 pub struct PolicyPackStatus {
     /// The pack's name.
     pub name: String,
-    /// The commit the pack resolved to.
+    /// The revision the pack resolved to: a git commit, or an artifact's `sha256:` digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
+    /// For a Flux source: the URL of the artifact with that digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
     /// Why the pack has no revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

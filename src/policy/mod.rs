@@ -10,7 +10,9 @@ use kube::core::{Selector, SelectorExt};
 use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
 use pulumi_operator_api::plan::{PolicyPackPlan, Source};
-use pulumi_operator_api::policy::{PolicyPackSpec, StackPolicy};
+use pulumi_operator_api::policy::{
+    PolicyPackGitSource, PolicyPackSpec, PolicyPackStatus, StackPolicy,
+};
 use pulumi_operator_api::Update;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -72,28 +74,65 @@ fn is_full_sha(s: &str) -> bool {
     s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// The commit a pack runs at: its pinned commit, or the one the StackPolicy's status resolved
-/// its branch to for the current generation.
-fn revision(policy: &StackPolicy, pack: &PolicyPackSpec) -> Result<String, String> {
-    let git = &pack.git;
-    match (git.commit.as_deref(), git.branch.as_deref()) {
-        (Some(c), None) if is_full_sha(c) => return Ok(c.to_ascii_lowercase()),
-        (Some(c), None) => return Err(format!("names commit {c:?}, which is not a full SHA")),
-        (None, Some(_)) => {}
-        _ => return Err("must name exactly one of git.commit and git.branch".into()),
-    }
+/// What the StackPolicy's status says of `pack` for the current generation.
+fn resolved<'a>(
+    policy: &'a StackPolicy,
+    pack: &PolicyPackSpec,
+) -> Result<&'a PolicyPackStatus, String> {
     let status = policy.status.as_ref();
     let current = status.and_then(|s| s.observed_generation) == policy.metadata.generation;
-    let seen = status
+    match status
         .filter(|_| current)
-        .and_then(|s| s.packs.iter().find(|p| p.name == pack.name));
-    match seen {
-        Some(p) if p.revision.is_some() => Ok(p.revision.clone().unwrap_or_default()),
+        .and_then(|s| s.packs.iter().find(|p| p.name == pack.name))
+    {
+        Some(p) if p.revision.is_some() => Ok(p),
         Some(p) => Err(p
             .error
             .clone()
             .unwrap_or_else(|| "is still being resolved".into())),
         None => Err("is not resolved yet".into()),
+    }
+}
+
+fn git_source(
+    policy: &StackPolicy,
+    pack: &PolicyPackSpec,
+    git: &PolicyPackGitSource,
+) -> Result<Source, String> {
+    let commit = match (git.commit.as_deref(), git.branch.as_deref()) {
+        (Some(c), None) if is_full_sha(c) => c.to_ascii_lowercase(),
+        (Some(c), None) => return Err(format!("names commit {c:?}, which is not a full SHA")),
+        (None, Some(_)) => resolved(policy, pack)?.revision.clone().unwrap_or_default(),
+        _ => return Err("must name exactly one of git.commit and git.branch".into()),
+    };
+    Ok(Source::Git {
+        url: git.url.clone(),
+        commit: Some(commit),
+        reference: None,
+        shallow: false,
+        dir: git.dir.clone().filter(|d| !d.is_empty()),
+    })
+}
+
+/// Where a pack comes from, exactly: a git commit, or an artifact with its digest (a packaged
+/// pack as given; a Flux source's artifact as the StackPolicy's status resolved it).
+fn pack_source(policy: &StackPolicy, pack: &PolicyPackSpec) -> Result<Source, String> {
+    match (&pack.git, &pack.flux_source, &pack.archive) {
+        (Some(git), None, None) => git_source(policy, pack, git),
+        (None, Some(flux), None) => {
+            let seen = resolved(policy, pack)?;
+            Ok(Source::Flux {
+                url: seen.url.clone().unwrap_or_default(),
+                digest: seen.revision.clone().unwrap_or_default(),
+                dir: flux.dir.clone().filter(|d| !d.is_empty()),
+            })
+        }
+        (None, None, Some(archive)) => Ok(Source::Flux {
+            url: archive.url.clone(),
+            digest: archive.digest.clone(),
+            dir: archive.dir.clone().filter(|d| !d.is_empty()),
+        }),
+        _ => Err("must name exactly one of git, fluxSource and archive".into()),
     }
 }
 
@@ -107,17 +146,10 @@ pub fn pack_plan(
         pack: pack.name.clone(),
         why,
     };
-    let commit = revision(policy, pack).map_err(unavailable)?;
     Ok(PolicyPackPlan {
         name: pack.name.clone(),
         policy: policy.name_any(),
-        source: Source::Git {
-            url: pack.git.url.clone(),
-            commit: Some(commit),
-            reference: None,
-            shallow: false,
-            dir: pack.git.dir.clone().filter(|d| !d.is_empty()),
-        },
+        source: pack_source(policy, pack).map_err(unavailable)?,
         config: pack
             .config
             .as_ref()
@@ -180,7 +212,8 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
     use pulumi_operator_api::policy::{
-        PolicyPackGitSource, PolicyPackStatus, StackPolicySpec, StackPolicyStatus,
+        PolicyPackArchive, PolicyPackFluxReference, PolicyPackFluxSource, StackPolicySpec,
+        StackPolicyStatus,
     };
 
     const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
@@ -202,13 +235,14 @@ mod tests {
     fn pack(name: &str, commit: Option<&str>, branch: Option<&str>) -> PolicyPackSpec {
         PolicyPackSpec {
             name: name.into(),
-            git: PolicyPackGitSource {
+            git: Some(PolicyPackGitSource {
                 url: "https://git.example/packs.git".into(),
                 commit: commit.map(str::to_string),
                 branch: branch.map(str::to_string),
                 dir: Some("limits".into()),
-            },
+            }),
             config: None,
+            ..Default::default()
         }
     }
 
@@ -315,7 +349,7 @@ mod tests {
             packs: vec![PolicyPackStatus {
                 name: "tracking".into(),
                 revision: Some(SHA.into()),
-                error: None,
+                ..Default::default()
             }],
             ..Default::default()
         });
@@ -337,8 +371,8 @@ mod tests {
         // A resolution error is the reason.
         branch.status.as_mut().unwrap().packs[0] = PolicyPackStatus {
             name: "tracking".into(),
-            revision: None,
             error: Some("cannot read branch main: connection refused".into()),
+            ..Default::default()
         };
         let err = packs_for(&[Arc::new(branch)], &subject).unwrap_err();
         assert!(
@@ -346,6 +380,65 @@ mod tests {
                 .ends_with("cannot read branch main: connection refused"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn packaged_and_flux_packs_come_as_artifacts_with_their_digest() {
+        let digest = format!("sha256:{}", "d".repeat(64));
+        let archive = PolicyPackSpec {
+            name: "packaged".into(),
+            archive: Some(PolicyPackArchive {
+                url: "https://packs.example/limits.tar.gz".into(),
+                digest: digest.clone(),
+                dir: Some("limits".into()),
+            }),
+            ..Default::default()
+        };
+        let flux = PolicyPackSpec {
+            name: "from-flux".into(),
+            flux_source: Some(PolicyPackFluxSource {
+                source_ref: PolicyPackFluxReference {
+                    api_version: "source.toolkit.fluxcd.io/v1".into(),
+                    kind: "GitRepository".into(),
+                    name: "packs".into(),
+                    namespace: "flux-system".into(),
+                },
+                dir: None,
+            }),
+            ..Default::default()
+        };
+        let mut p = (*policy("p", LabelSelector::default(), None, vec![archive, flux])).clone();
+        let ns = labels(&[]);
+        let subject = Subject {
+            namespace_labels: &ns,
+            stack_labels: None,
+        };
+        // The packaged pack needs nothing resolved; the Flux one waits for its artifact.
+        let err = packs_for(&[Arc::new(p.clone())], &subject).unwrap_err();
+        assert_eq!(err.pack, "from-flux");
+        p.status = Some(StackPolicyStatus {
+            observed_generation: Some(2),
+            packs: vec![PolicyPackStatus {
+                name: "from-flux".into(),
+                revision: Some(digest.clone()),
+                url: Some("http://source-controller.flux-system/gitrepository/packs.tar.gz".into()),
+                error: None,
+            }],
+            ..Default::default()
+        });
+        let packs = packs_for(&[Arc::new(p)], &subject).unwrap();
+        assert_eq!(
+            packs[0].source,
+            Source::Flux {
+                url: "https://packs.example/limits.tar.gz".into(),
+                digest: digest.clone(),
+                dir: Some("limits".into())
+            }
+        );
+        assert!(
+            matches!(&packs[1].source, Source::Flux { url, digest: d, dir: None } if url.ends_with("packs.tar.gz") && *d == digest)
+        );
+        assert_eq!(packs[0].label(), "packaged@dddddddddddd");
     }
 
     #[test]

@@ -12,7 +12,9 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::ResourceExt;
-use pulumi_operator_api::policy::{PolicyPackStatus, StackPolicy, StackPolicyStatus};
+use pulumi_operator_api::policy::{
+    PolicyPackSpec, PolicyPackStatus, StackPolicy, StackPolicyStatus,
+};
 use pulumi_operator_api::Stack;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,19 +45,20 @@ pub enum PolicyError {
 /// One pack's answer: its commit, why it has none, or still being read.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PackAnswer {
-    Revision(String),
+    /// A commit, or an artifact's digest with its URL (Flux).
+    Revision(String, Option<String>),
     Error(String),
     Pending,
 }
 
-fn pack_answer(
+fn git_answer(
     url: &str,
     commit: Option<&str>,
     branch: Option<&str>,
     metrics: &Arc<Metrics>,
 ) -> PackAnswer {
     match (commit, branch) {
-        (Some(c), None) => PackAnswer::Revision(c.to_ascii_lowercase()),
+        (Some(c), None) => PackAnswer::Revision(c.to_ascii_lowercase(), None),
         (None, Some(b)) => {
             let key = poll::Key {
                 url: url.to_string(),
@@ -71,7 +74,7 @@ fn pack_answer(
                 move |cancel| git::ls_remote(&u, &r, &pulumi_gitauth::Credentials::None, cancel),
             );
             match answer {
-                poll::Answer::Ready(Ok(sha)) => PackAnswer::Revision(sha),
+                poll::Answer::Ready(Ok(sha)) => PackAnswer::Revision(sha, None),
                 poll::Answer::Ready(Err(e)) => {
                     PackAnswer::Error(format!("cannot read branch {b:?}: {e}"))
                 }
@@ -98,7 +101,7 @@ pub fn carry_over(
             let before = status.and_then(|s| s.packs.iter().find(|p| p.name == name));
             let answer = match (answer, before) {
                 (PackAnswer::Pending, Some(p)) if p.revision.is_some() => {
-                    PackAnswer::Revision(p.revision.clone().unwrap_or_default())
+                    PackAnswer::Revision(p.revision.clone().unwrap_or_default(), p.url.clone())
                 }
                 (PackAnswer::Pending, Some(p)) if p.error.is_some() => {
                     PackAnswer::Error(p.error.clone().unwrap_or_default())
@@ -110,6 +113,73 @@ pub fn carry_over(
         .collect()
 }
 
+/// One pack's answer from its source: a git commit or branch head, a packaged pack's digest,
+/// or a Flux source's current artifact.
+async fn pack_answer(pack: &PolicyPackSpec, ctx: &PolicyContext) -> PackAnswer {
+    match (&pack.git, &pack.flux_source, &pack.archive) {
+        (Some(g), None, None) => git_answer(
+            &g.url,
+            g.commit.as_deref(),
+            g.branch.as_deref(),
+            &ctx.metrics,
+        ),
+        (None, Some(flux), None) => {
+            let r = &flux.source_ref;
+            match crate::source::flux::artifact(
+                &r.api_version,
+                &r.kind,
+                &r.name,
+                &r.namespace,
+                &ctx.client,
+            )
+            .await
+            {
+                Ok(a) if a.digest.starts_with("sha256:") => {
+                    PackAnswer::Revision(a.digest, Some(a.url))
+                }
+                Ok(a) => PackAnswer::Error(format!(
+                    "the Flux source's artifact {} has no sha256 digest",
+                    a.url
+                )),
+                Err(e) => PackAnswer::Error(e.message),
+            }
+        }
+        (None, None, Some(archive)) => PackAnswer::Revision(archive.digest.clone(), None),
+        _ => PackAnswer::Error("must name exactly one of git, fluxSource and archive".into()),
+    }
+}
+
+fn pack_status(name: &str, answer: &PackAnswer) -> PolicyPackStatus {
+    let mut status = PolicyPackStatus {
+        name: name.to_string(),
+        ..Default::default()
+    };
+    match answer {
+        PackAnswer::Revision(r, url) => {
+            status.revision = Some(r.clone());
+            status.url = url.clone();
+        }
+        PackAnswer::Error(e) => status.error = Some(e.clone()),
+        PackAnswer::Pending => {}
+    }
+    status
+}
+
+/// `name@revision` of each pack (12 characters of the commit or digest), for `kubectl get`.
+fn pack_names(packs: &[PolicyPackStatus]) -> String {
+    packs
+        .iter()
+        .map(|p| match &p.revision {
+            Some(r) => {
+                let r = r.strip_prefix("sha256:").unwrap_or(r);
+                format!("{}@{}", p.name, &r[..r.len().min(12)])
+            }
+            None => p.name.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// The status for `answers` (one per pack, in spec order) and the count of covered Stacks.
 pub fn fold_status(
     policy: &StackPolicy,
@@ -117,20 +187,7 @@ pub fn fold_status(
     covered: i64,
     now: &Time,
 ) -> StackPolicyStatus {
-    let packs: Vec<PolicyPackStatus> = answers
-        .iter()
-        .map(|(name, a)| PolicyPackStatus {
-            name: name.clone(),
-            revision: match a {
-                PackAnswer::Revision(r) => Some(r.clone()),
-                _ => None,
-            },
-            error: match a {
-                PackAnswer::Error(e) => Some(e.clone()),
-                _ => None,
-            },
-        })
-        .collect();
+    let packs: Vec<PolicyPackStatus> = answers.iter().map(|(n, a)| pack_status(n, a)).collect();
     let first_error = packs.iter().find_map(|p| {
         p.error
             .as_ref()
@@ -151,14 +208,7 @@ pub fn fold_status(
             format!("{} policy packs resolved", packs.len()),
         ),
     };
-    let names = packs
-        .iter()
-        .map(|p| match &p.revision {
-            Some(r) => format!("{}@{}", p.name, &r[..r.len().min(12)]),
-            None => p.name.clone(),
-        })
-        .collect::<Vec<_>>()
-        .join(",");
+    let names = pack_names(&packs);
     let generation = policy.metadata.generation;
     let transition = policy
         .status
@@ -216,23 +266,10 @@ pub async fn reconcile(
     policy: Arc<StackPolicy>,
     ctx: Arc<PolicyContext>,
 ) -> Result<Action, PolicyError> {
-    let answers: Vec<(String, PackAnswer)> = policy
-        .spec
-        .packs
-        .iter()
-        .map(|p| {
-            let g = &p.git;
-            (
-                p.name.clone(),
-                pack_answer(
-                    &g.url,
-                    g.commit.as_deref(),
-                    g.branch.as_deref(),
-                    &ctx.metrics,
-                ),
-            )
-        })
-        .collect();
+    let mut answers: Vec<(String, PackAnswer)> = Vec::new();
+    for pack in &policy.spec.packs {
+        answers.push((pack.name.clone(), pack_answer(pack, &ctx).await));
+    }
     let answers = carry_over(&policy, answers);
     let now = Time(jiff::Timestamp::now());
     let status = fold_status(&policy, &answers, covered_stacks(&policy, &ctx), &now);
@@ -251,7 +288,11 @@ pub async fn reconcile(
         .await?;
         info!(policy = %policy.name_any(), packs = ?status.pack_names, "stack policy status written");
     }
-    let branches = policy.spec.packs.iter().any(|p| p.git.branch.is_some());
+    let branches = policy
+        .spec
+        .packs
+        .iter()
+        .any(|p| p.flux_source.is_some() || p.git.as_ref().is_some_and(|g| g.branch.is_some()));
     if answers.iter().any(|(_, a)| *a == PackAnswer::Pending) {
         Ok(Action::requeue(Duration::from_secs(2)))
     } else if branches {
@@ -298,8 +339,8 @@ mod tests {
     fn resolved_packs_make_the_policy_ready_with_their_revisions() {
         let sha = "0123456789abcdef0123456789abcdef01234567";
         let answers = vec![
-            ("limits".to_string(), PackAnswer::Revision(sha.into())),
-            ("labels".to_string(), PackAnswer::Revision(sha.into())),
+            ("limits".to_string(), PackAnswer::Revision(sha.into(), None)),
+            ("labels".to_string(), PackAnswer::Revision(sha.into(), None)),
         ];
         let st = fold_status(&policy(), &answers, 7, &now());
         assert_eq!(st.observed_generation, Some(3));
@@ -343,8 +384,7 @@ mod tests {
             st.packs[1],
             PolicyPackStatus {
                 name: "labels".into(),
-                revision: None,
-                error: None
+                ..Default::default()
             }
         );
         // Only pending: resolving.
@@ -357,7 +397,10 @@ mod tests {
         let mut p = policy();
         let first = vec![
             ("limits".to_string(), PackAnswer::Error("gone".into())),
-            ("labels".to_string(), PackAnswer::Revision("a".repeat(40))),
+            (
+                "labels".to_string(),
+                PackAnswer::Revision("a".repeat(40), None),
+            ),
         ];
         p.status = Some(fold_status(&p, &first, 0, &now()));
         let again = vec![

@@ -3,8 +3,9 @@
 //! version the cluster serves; while Flux is not installed the watch waits and looks again
 //! every few minutes.
 
+use crate::source::ResolveError;
 use futures::{Stream, StreamExt};
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use std::time::Duration;
@@ -20,6 +21,72 @@ static IN_USE: tokio::sync::Notify = tokio::sync::Notify::const_new();
 /// installed look again at once instead of at their next periodic check.
 pub fn source_seen() {
     IN_USE.notify_waiters();
+}
+
+/// A Flux source's current artifact.
+pub struct Artifact {
+    pub url: String,
+    /// `sha256:<hex>` (empty when the source reports none).
+    pub digest: String,
+    pub revision: String,
+}
+
+/// The current artifact of the Flux source `kind`/`name` in `ns` (a Stack's or a policy
+/// pack's), with errors that say what to fix.
+pub async fn artifact(
+    api_version: &str,
+    kind: &str,
+    name: &str,
+    ns: &str,
+    client: &Client,
+) -> Result<Artifact, ResolveError> {
+    let obj = read_source(api_version, kind, name, ns, client).await?;
+    source_seen();
+    let artifact = &obj.data["status"]["artifact"];
+    let (Some(url), Some(revision)) = (artifact["url"].as_str(), artifact["revision"].as_str())
+    else {
+        return Err(ResolveError::unavailable("Flux source has no artifact"));
+    };
+    Ok(Artifact {
+        url: url.to_string(),
+        digest: artifact["digest"].as_str().unwrap_or_default().to_string(),
+        revision: revision.to_string(),
+    })
+}
+
+async fn read_source(
+    api_version: &str,
+    kind: &str,
+    name: &str,
+    ns: &str,
+    client: &Client,
+) -> Result<DynamicObject, ResolveError> {
+    let (group, version) = match api_version.split_once('/') {
+        Some((g, v)) => (g.to_string(), v.to_string()),
+        None => (String::new(), api_version.to_string()),
+    };
+    let gvk = GroupVersionKind::gvk(&group, &version, kind);
+    let resource = ApiResource::from_gvk(&gvk);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    match api.get_opt(name).await {
+        Ok(Some(o)) => Ok(o),
+        Ok(None) => Err(ResolveError::unavailable(format!(
+            "could not resolve sourceRef: {} {:?} not found",
+            kind, name
+        ))),
+        Err(kube::Error::Api(e)) if e.code == 404 => Err(ResolveError::unavailable(format!(
+            "could not resolve sourceRef: the kind {} ({}) is not installed in the cluster",
+            kind, api_version
+        ))),
+        Err(kube::Error::Api(e)) if e.code == 403 => Err(ResolveError::unavailable(format!(
+            "could not resolve sourceRef: the operator may not read {} objects (group {group}); \
+             grant its ClusterRole get, list and watch on them",
+            kind
+        ))),
+        Err(e) => Err(ResolveError::unavailable(format!(
+            "could not resolve sourceRef: {e}"
+        ))),
+    }
 }
 
 /// Every change of `kind` objects (in `ns`, or everywhere).

@@ -8,12 +8,11 @@ use crate::runtime::metrics::Metrics;
 pub use crate::source::ResolveError;
 use crate::source::{auth, flux, git, poll};
 use crate::stack::objects::ResolvedSource;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use pulumi_operator_api::names;
 use pulumi_operator_api::validation::{GitRevision, StackSource};
-use pulumi_operator_api::{FluxSource, FluxSourceReference, GitSource, Program, Stack};
+use pulumi_operator_api::{FluxSource, GitSource, Program, Stack};
 use std::time::{Duration, Instant};
 
 /// A resolved source, or a branch head being read in the background.
@@ -209,53 +208,14 @@ async fn resolve_flux(
     ns: &str,
     client: &Client,
 ) -> Result<Resolved, ResolveError> {
-    let obj = read_flux_source(&flux.source_ref, ns, client).await?;
-    flux::source_seen();
-    let artifact = &obj.data["status"]["artifact"];
-    let (Some(url), Some(revision)) = (artifact["url"].as_str(), artifact["revision"].as_str())
-    else {
-        return Err(ResolveError::unavailable("Flux source has no artifact"));
-    };
+    let r = &flux.source_ref;
+    let artifact = flux::artifact(&r.api_version, &r.kind, &r.name, ns, client).await?;
     Ok(Resolved::Ready(ResolvedSource::Flux {
-        url: url.to_string(),
-        digest: artifact["digest"].as_str().unwrap_or_default().to_string(),
+        url: artifact.url,
+        digest: artifact.digest,
         dir: flux.dir.clone().filter(|d| !d.is_empty()),
-        revision: revision.to_string(),
+        revision: artifact.revision,
     }))
-}
-
-/// The Flux source object a Stack names, with errors that say what to fix.
-async fn read_flux_source(
-    r: &FluxSourceReference,
-    ns: &str,
-    client: &Client,
-) -> Result<DynamicObject, ResolveError> {
-    let (group, version) = match r.api_version.split_once('/') {
-        Some((g, v)) => (g.to_string(), v.to_string()),
-        None => (String::new(), r.api_version.clone()),
-    };
-    let gvk = GroupVersionKind::gvk(&group, &version, &r.kind);
-    let resource = ApiResource::from_gvk(&gvk);
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
-    match api.get_opt(&r.name).await {
-        Ok(Some(o)) => Ok(o),
-        Ok(None) => Err(ResolveError::unavailable(format!(
-            "could not resolve sourceRef: {} {:?} not found",
-            r.kind, r.name
-        ))),
-        Err(kube::Error::Api(e)) if e.code == 404 => Err(ResolveError::unavailable(format!(
-            "could not resolve sourceRef: the kind {} ({}) is not installed in the cluster",
-            r.kind, r.api_version
-        ))),
-        Err(kube::Error::Api(e)) if e.code == 403 => Err(ResolveError::unavailable(format!(
-            "could not resolve sourceRef: the operator may not read {} objects (group {group}); \
-             grant its ClusterRole get, list and watch on them",
-            r.kind
-        ))),
-        Err(e) => Err(ResolveError::unavailable(format!(
-            "could not resolve sourceRef: {e}"
-        ))),
-    }
 }
 
 #[cfg(test)]

@@ -34,17 +34,12 @@ pub fn fetch_packs(packs: &[PolicyPackPlan], root: &Path) -> Result<Vec<String>,
     Ok(labels)
 }
 
-/// One pack: cloned (public repositories: no credentials) next to its place, then its
-/// directory moved there.
+/// One pack: downloaded next to its place (a public git repository at its commit, or an
+/// artifact checked against its digest), then its directory moved there.
 fn fetch_pack(pack: &PolicyPackPlan, root: &Path) -> Result<(), Failure> {
-    let Source::Git {
-        url,
-        commit: Some(commit),
-        dir,
-        ..
-    } = &pack.source
-    else {
-        return Err(pack_failed(pack, "the plan gives no git commit to fetch"));
+    let dir = match &pack.source {
+        Source::Git { dir, .. } | Source::Flux { dir, .. } => dir.clone(),
+        _ => None,
     };
     let sub = crate::fetch::sub_dir(dir.as_deref()).map_err(|_| {
         pack_failed(
@@ -65,13 +60,7 @@ fn fetch_pack(pack: &PolicyPackPlan, root: &Path) -> Result<(), Failure> {
     std::fs::create_dir_all(&policy_dir).map_err(|e| io("create", &policy_dir, e))?;
     remove(&clone).map_err(|e| io("remove", &clone, e))?;
     remove(&target).map_err(|e| io("remove", &target, e))?;
-    let spec = GitSpec {
-        url: url.clone(),
-        commit: Some(commit.clone()),
-        reference: None,
-        shallow: true,
-    };
-    git::fetch(&spec, &clone, &Credentials::None).map_err(|e| pack_failed(pack, e.message))?;
+    let revision = download(pack, &clone, &policy_dir)?;
     let source = clone.join(&sub);
     if !source.join("PulumiPolicy.yaml").is_file() {
         let _ = remove(&clone);
@@ -81,12 +70,50 @@ fn fetch_pack(pack: &PolicyPackPlan, root: &Path) -> Result<(), Failure> {
         };
         return Err(pack_failed(
             pack,
-            format!("no PulumiPolicy.yaml in {place} at {commit}"),
+            format!("no PulumiPolicy.yaml in {place} at {revision}"),
         ));
     }
     std::fs::rename(&source, &target).map_err(|e| io("move the pack to", &target, e))?;
     remove(&clone).map_err(|e| io("remove", &clone, e))?;
     write_config(pack, &config_file)
+}
+
+/// Puts the pack's source in `dest`; returns the revision it is at.
+fn download(pack: &PolicyPackPlan, dest: &Path, policy_dir: &Path) -> Result<String, Failure> {
+    match &pack.source {
+        Source::Git {
+            url,
+            commit: Some(commit),
+            ..
+        } => {
+            let spec = GitSpec {
+                url: url.clone(),
+                commit: Some(commit.clone()),
+                reference: None,
+                shallow: true,
+            };
+            git::fetch(&spec, dest, &Credentials::None)
+                .map_err(|e| pack_failed(pack, e.message))?;
+            Ok(commit.clone())
+        }
+        Source::Flux { url, digest, .. } => {
+            let scratch = policy_dir.join(format!(".scratch-{}", pack.name));
+            let fetched = crate::fetch::flux::fetch(
+                url,
+                digest,
+                dest,
+                &scratch,
+                crate::fetch::flux::DEFAULT_MAX_BYTES,
+            );
+            let _ = remove(&scratch);
+            fetched.map_err(|e| pack_failed(pack, e.message))?;
+            Ok(digest.clone())
+        }
+        _ => Err(pack_failed(
+            pack,
+            "the plan gives no git commit or artifact digest to fetch",
+        )),
+    }
 }
 
 /// The pack's `--policy-pack-config` document: the StackPolicy's, or `{}`.
