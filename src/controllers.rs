@@ -47,7 +47,8 @@ pub async fn run(scope: Scope, shutdown: CancellationToken) {
     let mut program_stores = Vec::new();
     let mut cluster = ClusterWatches::new(&scope.client, scope.streaming_lists);
     for ns in scopes {
-        let (futures, stacks, programs) = run_in(&scope, ns.as_deref(), &cluster, shutdown.clone());
+        let (futures, stacks, programs) =
+            run_in(&scope, ns.as_deref(), &mut cluster, shutdown.clone());
         all.extend(futures);
         stack_stores.push(stacks);
         program_stores.push(programs);
@@ -271,7 +272,7 @@ impl Watches {
 fn run_in(
     scope: &Scope,
     ns: Option<&str>,
-    cluster: &ClusterWatches,
+    cluster: &mut ClusterWatches,
     shutdown: CancellationToken,
 ) -> (Vec<Running>, Store<Stack>, Store<Program>) {
     let mut watches = Watches::new(&scope.client, ns, scope.streaming_lists);
@@ -283,7 +284,7 @@ fn run_in(
         &shutdown,
     ));
     let controllers = [
-        stack_controller(&mut watches, &ctx, ns, &shutdown),
+        stack_controller(&mut watches, &ctx, ns, cluster, &shutdown),
         update_controller(&mut watches, &ctx, ns, &shutdown),
         workspace_controller(&mut watches, &ctx, &shutdown),
         program_controller(&mut watches, &ctx, &shutdown),
@@ -324,6 +325,7 @@ fn stack_controller(
     w: &mut Watches,
     ctx: &Arc<Context>,
     ns: Option<&str>,
+    cluster: &mut ClusterWatches,
     shutdown: &CancellationToken,
 ) -> Running {
     let stacks = w.stacks.store();
@@ -343,6 +345,11 @@ fn stack_controller(
         .watches_shared_stream(w.stacks.subscribe(), stacks_needing(stacks.clone()))
         .reconcile_on(flux_triggers(&ctx.client, ns, stacks.clone()))
         .reconcile_on(branch_answers(ns.map(str::to_string)))
+        .reconcile_on(stacks_of_policies(
+            cluster.policies.subscribe(),
+            stacks.clone(),
+            cluster.namespaces.store(),
+        ))
         .owns_shared_stream(w.updates.subscribe())
         .watches_shared_stream(w.programs.subscribe(), stacks_using_program(stacks))
         .graceful_shutdown_on(cancelled(shutdown.clone()))
@@ -353,6 +360,41 @@ fn stack_controller(
         )
         .for_each(|_| async {})
         .boxed()
+}
+
+/// A StackPolicy that changes (its packs, their revisions, configuration or selectors)
+/// reconciles the Stacks it covers and those its packs covered before (their status reports
+/// packs), which then check again with the packs they now have.
+fn stacks_of_policies(
+    policies: crate::runtime::watch::Feed<StackPolicy>,
+    stacks: Store<Stack>,
+    namespaces: Store<Namespace>,
+) -> impl futures::Stream<Item = ObjectRef<Stack>> {
+    policies.flat_map(move |policy| {
+        let empty = Default::default();
+        let refs: Vec<ObjectRef<Stack>> = stacks
+            .state_filter(|s| {
+                if s.status.as_ref().is_some_and(|st| st.policy.is_some()) {
+                    return true;
+                }
+                let ns = s.metadata.namespace.clone().unwrap_or_default();
+                let ns_labels = namespaces
+                    .get(&ObjectRef::new(&ns))
+                    .and_then(|n| n.metadata.labels.clone())
+                    .unwrap_or_default();
+                policy::covers(
+                    &policy,
+                    &policy::Subject {
+                        namespace_labels: &ns_labels,
+                        stack_labels: Some(s.metadata.labels.as_ref().unwrap_or(&empty)),
+                    },
+                )
+            })
+            .iter()
+            .map(|s| ObjectRef::from(s.as_ref()))
+            .collect();
+        futures::stream::iter(refs)
+    })
 }
 
 /// A Stack that changes (e.g. becomes Ready) lets the Stacks that need it go on.

@@ -557,9 +557,55 @@ async fn packs_refuse_warn_and_follow_their_configuration() {
         "{waiting:?}"
     );
 
-    // The administrator turns the mandatory policy off: the violating commit deploys at its
-    // next operation.
+    // The administrator turns the mandatory policy off: the covered Ready Stack previews
+    // again with the packs as they are now (a policy check, not its lastUpdate), and the
+    // violating commit deploys at its next operation.
+    let before = f.stack("good").await;
+    let old_digest = before
+        .status
+        .as_ref()
+        .and_then(|st| st.policy.as_ref())
+        .and_then(|p| p.digest.clone());
+    assert!(
+        old_digest.is_some(),
+        "no digest recorded: {:?}",
+        before.status
+    );
+    let last_good = last_update(&before).name;
     apply_cluster(&limits_policy(&limits, &ns, &f.url(), &good, "disabled"));
+    let s = f
+        .wait_stack_for(FIRST, "good", "the policy check of the Ready Stack", |s| {
+            let digest = s
+                .status
+                .as_ref()
+                .and_then(|st| st.policy.as_ref())
+                .and_then(|p| p.digest.clone());
+            digest.is_some()
+                && digest != old_digest
+                && s.status
+                    .as_ref()
+                    .is_some_and(|st| st.current_update.is_none())
+        })
+        .await;
+    assert!(stack_ready(&s), "{:?}", s.status);
+    assert_eq!(
+        last_update(&s).name,
+        last_good,
+        "a policy check is not the Stack's lastUpdate"
+    );
+    let checks = kubectl(&[
+        "-n",
+        &ns,
+        "get",
+        "updates",
+        "-o",
+        "jsonpath={.items[*].metadata.annotations.pulumi-operator-rs\\.dev/policy-check}",
+    ]);
+    assert!(!checks.trim().is_empty(), "no policy check Update");
+    assert!(
+        condition(&s, "PolicyWarnings").is_some(),
+        "the advisory pack still warns"
+    );
     wait_policy(&policies, &limits, "the new configuration observed", |p| {
         p.status.as_ref().and_then(|s| s.observed_generation) == p.metadata.generation
     })

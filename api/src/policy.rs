@@ -264,4 +264,8 @@ pub struct PolicyReport {
     /// The violations, each resource and policy once (at most 20).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub items: Vec<PolicyViolation>,
+    /// A digest of the packs, revisions and configuration the operation ran with: when the
+    /// packs covering the Stack differ, the operator previews it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }

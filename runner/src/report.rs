@@ -154,6 +154,7 @@ mod tests {
             violations: 40,
             mandatory: 40,
             items: (0..20).map(item).collect(),
+            digest: None,
         });
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("termination-log");

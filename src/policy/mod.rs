@@ -13,7 +13,8 @@ use pulumi_operator_api::plan::{PolicyPackPlan, Source};
 use pulumi_operator_api::policy::{
     PolicyPackGitSource, PolicyPackSpec, PolicyPackStatus, StackPolicy,
 };
-use pulumi_operator_api::Update;
+use pulumi_operator_api::{Stack, Update};
+use sha2::Digest as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -205,6 +206,34 @@ pub fn packs_for_update(
             .map(|s| s.metadata.labels.as_ref().unwrap_or(&empty)),
     };
     packs_for(&stores.policies.state(), &subject).map(Some)
+}
+
+/// The packs a Stack's next operation would run with, from the caches (as for its Updates).
+pub fn packs_for_stack(
+    stack: &Stack,
+    stores: &Stores,
+) -> Result<Option<Vec<PolicyPackPlan>>, PackUnavailable> {
+    let ns = stack.namespace().unwrap_or_default();
+    let Some(namespace) = stores.namespaces.get(&ObjectRef::new(&ns)) else {
+        return Ok(None);
+    };
+    let empty = Labels::new();
+    let subject = Subject {
+        namespace_labels: namespace.metadata.labels.as_ref().unwrap_or(&empty),
+        stack_labels: Some(stack.metadata.labels.as_ref().unwrap_or(&empty)),
+    };
+    packs_for(&stores.policies.state(), &subject).map(Some)
+}
+
+/// A short digest of what `packs` are (policy, name, exact source, configuration); `None` for
+/// no packs.
+pub fn digest(packs: &[PolicyPackPlan]) -> Option<String> {
+    if packs.is_empty() {
+        return None;
+    }
+    let text = serde_json::to_string(packs).unwrap_or_default();
+    let hash = sha2::Sha256::digest(text.as_bytes());
+    Some(hash.iter().take(8).map(|b| format!("{b:02x}")).collect())
 }
 
 #[cfg(test)]
@@ -439,6 +468,23 @@ mod tests {
             matches!(&packs[1].source, Source::Flux { url, digest: d, dir: None } if url.ends_with("packs.tar.gz") && *d == digest)
         );
         assert_eq!(packs[0].label(), "packaged@dddddddddddd");
+    }
+
+    #[test]
+    fn the_digest_follows_revision_and_configuration() {
+        let mut spec = pack("limits", Some(SHA), None);
+        let p = policy("p", LabelSelector::default(), None, vec![spec.clone()]);
+        let a = digest(&[pack_plan(&p, &spec).unwrap()]);
+        assert_eq!(a.as_ref().map(String::len), Some(16));
+        assert_eq!(digest(&[]), None);
+        spec.config = Some(
+            [("x".to_string(), serde_json::json!("disabled"))]
+                .into_iter()
+                .collect(),
+        );
+        assert_ne!(digest(&[pack_plan(&p, &spec).unwrap()]), a);
+        let other = pack("limits", Some(&"1".repeat(40)), None);
+        assert_ne!(digest(&[pack_plan(&p, &other).unwrap()]), a);
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod decide;
 pub mod drift;
 pub mod inflight;
 pub mod objects;
+pub mod policy_check;
 pub mod prereq;
 pub mod reconcile;
 pub mod references;

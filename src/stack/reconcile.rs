@@ -24,6 +24,7 @@ use crate::stack::decide::{decide, Decision, Limits, Observed};
 use crate::stack::drift::{self, Finding};
 use crate::stack::inflight::{in_flight, owned_by, releasable, InFlight};
 use crate::stack::objects::{build_update, build_workspace, trigger_of, ResolvedSource};
+use crate::stack::policy_check;
 use crate::stack::prereq;
 use crate::stack::source::{self, ResolveError, Resolved};
 use crate::stack::status::{self, absorb, mark_reconciling, mark_result, mark_stalled};
@@ -55,6 +56,8 @@ const REASON_REFERENCE_NOT_FOUND: &str = "ReferenceNotFound";
 /// After losing the race for the Stack (it changed since it was read): its watch event
 /// triggers the next reconcile; this is only a safety net.
 const CLAIM_CONFLICT_REQUEUE: Duration = Duration::from_secs(2);
+/// How soon a policy check waiting for a free slot looks again.
+const POLICY_CHECK_WAIT: Duration = Duration::from_secs(15);
 /// After the API server refused the operation's objects (the spec must change).
 const REJECTED_REQUEUE: Duration = Duration::from_secs(60);
 
@@ -82,6 +85,8 @@ struct Pass<'a> {
     drift_finding: Option<Finding>,
     /// The plan the absorbed Update saved, when it was a plan for approval.
     saved_plan: Option<String>,
+    /// Whether the absorbed Update was a policy check.
+    policy_checked: bool,
     /// An approval refused by this pass (its Warning Event is published when the pass ends).
     refused_approval: Option<String>,
 }
@@ -99,6 +104,8 @@ enum Purpose {
     Plan,
     /// The `up` of this approved plan.
     ApplyPlan(String, approval::ApprovedBy),
+    /// A preview with the policy packs of this digest (they changed since the last operation).
+    PolicyCheck(String),
 }
 
 /// What drift detection asks of a synced Stack.
@@ -192,30 +199,12 @@ pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
     }
     let decision = pass.decide(&revision);
     let action = match decision {
-        Decision::Synced { requeue } => match pass.drift_step() {
-            DriftStep::Remediate(reason) => {
-                let purpose = Purpose::Remediation;
-                pass.run(UpdateType::Up, reason, &source, &revision, purpose)
-                    .await?
+        Decision::Synced { requeue } => {
+            match pass.when_synced(requeue, &source, &revision).await? {
+                Some(action) => action,
+                None => return Ok(Action::await_change()),
             }
-            DriftStep::Check(slot) => {
-                let reason = drift::CHECK_MESSAGE.to_string();
-                let purpose = Purpose::DriftCheck(slot);
-                pass.run(UpdateType::Preview, reason, &source, &revision, purpose)
-                    .await?
-            }
-            step => {
-                let requeue = match (step, requeue) {
-                    (DriftStep::Wait(w), Some(r)) => Some(w.min(r)),
-                    (DriftStep::Wait(w), None) => Some(w),
-                    (_, r) => r,
-                };
-                match pass.synced(requeue).await? {
-                    Some(action) => action,
-                    None => return Ok(Action::await_change()),
-                }
-            }
-        },
+        }
         Decision::Run { kind, reason } => {
             pass.run(kind, reason, &source, &revision, Purpose::Sync)
                 .await?
@@ -255,6 +244,7 @@ impl<'a> Pass<'a> {
             resource_version: stack.resource_version(),
             absorbed: None,
             drift_finding: None,
+            policy_checked: false,
             saved_plan: None,
             refused_approval: None,
         })
@@ -387,7 +377,7 @@ impl<'a> Pass<'a> {
                 let checking = owned
                     .iter()
                     .find(|u| u.name_any() == name)
-                    .is_some_and(|u| drift::is_check(u));
+                    .is_some_and(|u| drift::is_check(u) || policy_check::is_check(u));
                 let nothing_new = self.status.last_update.as_ref().is_some_and(|l| {
                     l.generation == Some(self.generation)
                         && l.reconcile_request.as_deref().unwrap_or("") == self.request
@@ -435,6 +425,12 @@ impl<'a> Pass<'a> {
     /// Folds a finished Update into the status; the status is written by the end of this pass,
     /// together with what the pass decides next, and then the Update is released.
     async fn absorb(&mut self, update: &Update) -> Result<()> {
+        if policy_check::is_check(update) {
+            policy_check::absorb_check(&mut self.status, update, self.generation, &self.now);
+            self.policy_checked = true;
+            self.absorbed = Some(Arc::new(update.clone()));
+            return Ok(());
+        }
         if drift::is_check(update) {
             let finding = drift::absorb_check(&mut self.status, update, self.generation, &self.now);
             self.drift_finding = Some(finding);
@@ -459,6 +455,7 @@ impl<'a> Pass<'a> {
             read_outputs(self.ctx, &self.ns, update).await?
         };
         absorb(&mut self.status, update, outputs, &self.now);
+        policy_check::record_digest(&mut self.status, update);
         // Only an `up` that refreshed first has put drifted resources back; after any other,
         // the next check tells.
         if !failed
@@ -485,6 +482,12 @@ impl<'a> Pass<'a> {
         let update = update.as_ref();
         if let Some(finding) = self.drift_finding.take() {
             self.announce_drift(finding).await;
+            prune_history(self.ctx, self.stack, &self.ns, &self.status).await;
+            release_update(self.ctx, &self.ns, &update.name_any(), Some(update)).await;
+            return;
+        }
+        if std::mem::take(&mut self.policy_checked) {
+            self.announce_policy(update).await;
             prune_history(self.ctx, self.stack, &self.ns, &self.status).await;
             release_update(self.ctx, &self.ns, &update.name_any(), Some(update)).await;
             return;
@@ -627,6 +630,86 @@ impl<'a> Pass<'a> {
                     .await;
             }
         }
+    }
+
+    /// The digest of the policy packs covering this Stack now (`None`: none, or not known).
+    fn policy_digest(&self) -> Option<String> {
+        match crate::policy::packs_for_stack(self.stack, &self.ctx.stores) {
+            Ok(Some(packs)) => crate::policy::digest(&packs),
+            _ => None,
+        }
+    }
+
+    /// What the policy packs ask of a synced Stack: `None` when nothing; a check (or a wait
+    /// for a free slot) when they changed since its last operation. Packs that cannot be had
+    /// now ask nothing: the next operation fails for them anyway.
+    fn policy_step(&mut self) -> Option<policy_check::Step> {
+        if self.deleting {
+            return None;
+        }
+        let current = match crate::policy::packs_for_stack(self.stack, &self.ctx.stores) {
+            Ok(Some(packs)) => crate::policy::digest(&packs),
+            _ => return None,
+        };
+        let in_flight = policy_check::in_flight(&self.ctx.stores.updates.state());
+        match policy_check::step(&self.status, current.as_deref(), in_flight) {
+            policy_check::Step::Nothing => None,
+            policy_check::Step::Forget => {
+                policy_check::forget(&mut self.status, self.generation, &self.now);
+                None
+            }
+            step => Some(step),
+        }
+    }
+
+    /// What a synced Stack does: repair or check drift, check its policy packs again, or
+    /// wait (`None`: nothing until something changes).
+    async fn when_synced(
+        &mut self,
+        requeue: Option<Duration>,
+        source: &ResolvedSource,
+        revision: &str,
+    ) -> Result<Option<Action>> {
+        let step = match self.drift_step() {
+            DriftStep::Remediate(reason) => {
+                let purpose = Purpose::Remediation;
+                return Ok(Some(
+                    self.run(UpdateType::Up, reason, source, revision, purpose)
+                        .await?,
+                ));
+            }
+            DriftStep::Check(slot) => {
+                let reason = drift::CHECK_MESSAGE.to_string();
+                let purpose = Purpose::DriftCheck(slot);
+                return Ok(Some(
+                    self.run(UpdateType::Preview, reason, source, revision, purpose)
+                        .await?,
+                ));
+            }
+            step => step,
+        };
+        let policy = self.policy_step();
+        if let Some(policy_check::Step::Check(digest)) = policy {
+            let reason = policy_check::CHECK_MESSAGE.to_string();
+            let purpose = Purpose::PolicyCheck(digest);
+            return Ok(Some(
+                self.run(UpdateType::Preview, reason, source, revision, purpose)
+                    .await?,
+            ));
+        }
+        let requeue = match (step, requeue) {
+            (DriftStep::Wait(w), Some(r)) => Some(w.min(r)),
+            (DriftStep::Wait(w), None) => Some(w),
+            (_, r) => r,
+        };
+        // A check waiting for a free slot looks again soon.
+        let requeue = match policy {
+            Some(policy_check::Step::Wait) => {
+                Some(requeue.map_or(POLICY_CHECK_WAIT, |r| r.min(POLICY_CHECK_WAIT)))
+            }
+            _ => requeue,
+        };
+        self.synced(requeue).await
     }
 
     /// What drift detection asks of a Stack that is otherwise synced: an `up` that repairs
@@ -801,7 +884,8 @@ impl<'a> Pass<'a> {
             Ok(next) => next,
             Err(waiting) => return Ok(waiting),
         };
-        let drift_check = matches!(purpose, Purpose::DriftCheck(_));
+        // Checks change nothing: no window, no prerequisites, not the sync decision.
+        let drift_check = matches!(purpose, Purpose::DriftCheck(_) | Purpose::PolicyCheck(_));
         if !drift_check {
             if let Some(waiting) = self.outside_window(&kind, &reason).await {
                 return Ok(waiting);
@@ -821,7 +905,8 @@ impl<'a> Pass<'a> {
         // Names derive from the status as this reconcile sees it (after absorbing).
         let mut view = self.stack.clone();
         view.status = Some(self.status.clone());
-        let update = self.operation(&view, kind, &reason, revision, &purpose);
+        let mut update = self.operation(&view, kind, &reason, revision, &purpose);
+        policy_check::mark_digest(&mut update, self.policy_digest().as_deref());
         let update_name = update.name_any();
         // The claim: written only if the Stack is still the one this decision was made on.
         if !self.claim(&update_name, revision, drift_check).await? {
@@ -950,6 +1035,7 @@ impl<'a> Pass<'a> {
     ) -> Update {
         match purpose {
             Purpose::DriftCheck(slot) => drift::build_check(view, revision, *slot),
+            Purpose::PolicyCheck(digest) => policy_check::build_check(view, revision, digest),
             Purpose::Remediation => drift::build_remediation(view, reason, revision),
             Purpose::Sync => build_update(view, kind, reason, revision),
             Purpose::Plan => approval::build_plan(view, reason, revision),
@@ -1004,6 +1090,9 @@ impl<'a> Pass<'a> {
         }
         match purpose {
             Purpose::DriftCheck(_) => info!(update = %update_name, "drift check started"),
+            Purpose::PolicyCheck(_) => {
+                info!(update = %update_name, "the policy packs changed: previewing with them")
+            }
             Purpose::Plan => info!(update = %update_name, "saving a plan for approval"),
             _ => {
                 self.publish(

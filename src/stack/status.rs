@@ -315,37 +315,55 @@ pub fn absorb(
     ) {
         // The packs that covered this operation (none: nothing to report any more).
         status.policy = update_status.policy.clone().map(Box::new);
-        mark_policy_warnings(status, generation.unwrap_or(0), now);
+        mark_policy_warnings(status, generation.unwrap_or(0), now, false);
     }
 }
 
 /// The condition listing advisory policy violations.
 pub const CONDITION_POLICY_WARNINGS: &str = "PolicyWarnings";
 
-/// `PolicyWarnings=True` listing the advisory violations of the last covered operation, or no
-/// such condition when there were none.
-pub fn mark_policy_warnings(status: &mut StackStatus, generation: i64, now: &Time) {
-    let advisory: Vec<String> = status
+/// `PolicyWarnings=True` listing the advisory violations of the last covered operation (and,
+/// after a policy check, the mandatory ones the next `up` would be refused for), or no such
+/// condition when there were none.
+pub fn mark_policy_warnings(
+    status: &mut StackStatus,
+    generation: i64,
+    now: &Time,
+    with_mandatory: bool,
+) {
+    let listed: Vec<String> = status
         .policy
         .iter()
         .flat_map(|p| p.items.iter())
-        .filter(|v| !v.is_mandatory())
-        .map(|v| format!("{}/{} on {}: {}", v.pack, v.policy, v.urn, v.message))
+        .filter(|v| with_mandatory || !v.is_mandatory())
+        .map(|v| {
+            format!(
+                "[{}] {}/{} on {}: {}",
+                v.enforcement_level, v.pack, v.policy, v.urn, v.message
+            )
+        })
         .collect();
-    let count = status
+    let (count, mandatory) = status
         .policy
         .as_ref()
-        .map(|p| p.violations - p.mandatory)
-        .unwrap_or(0);
+        .map(|p| (p.violations, p.mandatory))
+        .unwrap_or((0, 0));
+    let count = if with_mandatory {
+        count
+    } else {
+        count - mandatory
+    };
     let c = status.conditions.get_or_insert_with(Vec::new);
     if count <= 0 {
         set(c, vec![], &[CONDITION_POLICY_WARNINGS]);
         return;
     }
-    let mut message = format!(
-        "{count} advisory policy violation(s): {}",
-        advisory.join("; ")
-    );
+    let lead = if with_mandatory && mandatory > 0 {
+        format!("{count} policy violation(s), {mandatory} mandatory (the next up will be refused)")
+    } else {
+        format!("{count} advisory policy violation(s)")
+    };
+    let mut message = format!("{lead}: {}", listed.join("; "));
     if message.len() > 1024 {
         let mut cut = 1021;
         while !message.is_char_boundary(cut) {
@@ -587,7 +605,7 @@ mod tests {
         mark_result(&mut st, 4, &now());
         assert_eq!(condition_of(&st, "Ready").unwrap().status, "True");
         let warn = condition_of(&st, CONDITION_POLICY_WARNINGS).unwrap();
-        assert_eq!(warn.message, "1 advisory policy violation(s): k8s-labels/deployment-team-label on urn:d: no team label");
+        assert_eq!(warn.message, "1 advisory policy violation(s): [advisory] k8s-labels/deployment-team-label on urn:d: no team label");
         // The next covered operation without violations clears it; one without packs too.
         st.current_update = running("abc").current_update;
         absorb(&mut st, &finished("s-2", false, "succeeded"), None, &now());

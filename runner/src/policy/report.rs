@@ -40,6 +40,8 @@ pub fn from_event_log(event_log: &str, packs: Vec<String>) -> PolicyReport {
         violations,
         mandatory,
         items,
+        // The operator knows which packs it asked for.
+        digest: None,
     }
 }
 
