@@ -218,11 +218,33 @@ fn program_stack(f: &StackFixture, name: &str, sha: &str, labels: &str, extra: &
             cache = test_support::DEPENDENCY_CACHE_TEMPLATE,
         ),
     );
+    // Each Stack is a Pulumi stack of its own (they share the namespace's backend).
     yaml.replacen(
         &format!("  name: {name}\n"),
         &format!("  name: {name}\n  labels: {{{labels}}}\n"),
         1,
     )
+    .replacen("  stack: dev\n", &format!("  stack: {name}\n"), 1)
+}
+
+/// The TypeScript program of tests/programs, its Service not awaited (the local cluster's
+/// pods have loopback addresses, which EndpointSlices refuse; the policies are about the
+/// Deployment).
+fn typescript_program() -> Vec<(String, String)> {
+    let mut files = test_support::program_files("typescript");
+    for (path, content) in files.iter_mut() {
+        if path == "index.ts" {
+            *content = content.replace(
+                "const service = new k8s.core.v1.Service(\"web\", {\n    spec:",
+                "const service = new k8s.core.v1.Service(\"web\", {\n    metadata: { annotations: { \"pulumi.com/skipAwait\": \"true\" } },\n    spec:",
+            );
+            assert!(
+                content.contains("skipAwait"),
+                "the program changed: {content}"
+            );
+        }
+    }
+    files
 }
 
 fn stalled_reason(s: &pulumi_operator_api::Stack) -> String {
@@ -297,7 +319,7 @@ async fn packs_refuse_warn_and_follow_their_configuration() {
     prepare(&f);
     prepare(&g);
     let ns = f.ns().to_string();
-    let mut files = test_support::program_files("typescript");
+    let mut files = typescript_program();
     let program_only = files.clone();
     files.extend(pack_files("typescript-limits"));
     files.extend(pack_files("python-advisory"));
@@ -495,7 +517,7 @@ async fn packs_refuse_warn_and_follow_their_configuration() {
     .await;
     // An Update written by hand against the violating Stack's Workspace runs with the packs.
     f.sn.ns.apply(
-        "apiVersion: auto.pulumi.com/v1alpha1\nkind: Update\nmetadata: {name: by-hand}\nspec: {workspaceName: bad, stackName: dev, type: up}\n",
+        "apiVersion: auto.pulumi.com/v1alpha1\nkind: Update\nmetadata: {name: by-hand}\nspec: {workspaceName: bad, stackName: bad, type: up}\n",
     );
     let updates: Api<pulumi_operator_api::Update> = Api::namespaced(f.sn.ns.client.clone(), &ns);
     let u = test_support::wait_for(FIRST, "the hand-made Update to end", || async {
@@ -686,9 +708,7 @@ async fn packaged_and_flux_packs_run_at_their_digest() {
     let f = StackFixture::new("pol-pkg").await;
     prepare(&f);
     let ns = f.ns().to_string();
-    let bad = f
-        .repo
-        .commit_files(&test_support::program_files("typescript"), "no limits");
+    let bad = f.repo.commit_files(&typescript_program(), "no limits");
     let dir = std::env::temp_dir().join(format!("packs-{ns}"));
     std::fs::create_dir_all(&dir).unwrap();
     let server = test_support::FileServer::start(dir.clone());

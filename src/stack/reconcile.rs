@@ -644,7 +644,12 @@ impl<'a> Pass<'a> {
     /// for a free slot) when they changed since its last operation. Packs that cannot be had
     /// now ask nothing: the next operation fails for them anyway.
     fn policy_step(&mut self) -> Option<policy_check::Step> {
-        if self.deleting {
+        // Only what is deployed is checked again: a failing Stack's next operation runs with
+        // the packs as they are then.
+        let deployed = self.status.last_update.as_ref().is_some_and(|l| {
+            l.state == Some(pulumi_operator_api::StackUpdateStateMessage::Succeeded)
+        });
+        if self.deleting || !deployed {
             return None;
         }
         let current = match crate::policy::packs_for_stack(self.stack, &self.ctx.stores) {

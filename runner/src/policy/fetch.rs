@@ -98,6 +98,12 @@ fn download(pack: &PolicyPackPlan, dest: &Path, policy_dir: &Path) -> Result<Str
         }
         Source::Flux { url, digest, .. } => {
             let scratch = policy_dir.join(format!(".scratch-{}", pack.name));
+            // The download goes to the scratch directory, the unpacking into `dest`: both exist.
+            for dir in [dest, scratch.as_path()] {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    pack_failed(pack, format!("cannot create {}: {e}", dir.display()))
+                })?;
+            }
             let fetched = crate::fetch::flux::fetch(
                 url,
                 digest,
