@@ -105,6 +105,8 @@ pub fn record_digest(status: &mut StackStatus, update: &Update) {
 /// A finished check: what the packs say now, with its digest (also when the preview failed
 /// for another reason: the check is not repeated for the same packs).
 pub fn absorb_check(status: &mut StackStatus, update: &Update, generation: i64, now: &Time) {
+    // The check is over: the Stack is free for its next operation.
+    status.current_update = None;
     let digest = update.annotations().get(POLICY_CHECK_ANNOTATION).cloned();
     let mut report: PolicyReport = update
         .status
@@ -196,8 +198,10 @@ mod tests {
             ..Default::default()
         });
         let mut st = recorded(Some("d0"));
+        st.current_update = Some(Default::default());
         absorb_check(&mut st, &check, 3, &now);
         assert_eq!(st.policy.as_ref().unwrap().digest.as_deref(), Some("d1"));
+        assert!(st.current_update.is_none(), "the check still holds the Stack");
         let warn = st
             .conditions
             .as_ref()
