@@ -201,7 +201,10 @@ mod tests {
         st.current_update = Some(Default::default());
         absorb_check(&mut st, &check, 3, &now);
         assert_eq!(st.policy.as_ref().unwrap().digest.as_deref(), Some("d1"));
-        assert!(st.current_update.is_none(), "the check still holds the Stack");
+        assert!(
+            st.current_update.is_none(),
+            "the check still holds the Stack"
+        );
         let warn = st
             .conditions
             .as_ref()
