@@ -77,6 +77,32 @@ pub async fn run(scope: Scope, shutdown: CancellationToken) {
     futures::future::join_all(all).await;
 }
 
+/// How every watch lists and watches: streamed initial lists where the API server has them,
+/// else pages, which bound a list's memory where the API server honours them (lists it does not
+/// serve from its watch cache).
+fn watch_config(streaming: bool) -> watcher::Config {
+    let cfg = watcher::Config::default().any_semantic();
+    if streaming {
+        cfg.streaming_lists()
+    } else {
+        cfg.page_size(100)
+    }
+}
+
+/// Runs `drivers` (the watches) until they end or `shutdown` is cancelled.
+fn until_shutdown(
+    drivers: impl std::future::Future<Output = ()> + Send + 'static,
+    shutdown: CancellationToken,
+) -> Running {
+    async move {
+        tokio::select! {
+            _ = drivers => {}
+            _ = shutdown.cancelled() => {}
+        }
+    }
+    .boxed()
+}
+
 /// The watches of cluster-scoped kinds, shared by every watched namespace: the
 /// administrator's StackPolicies and the namespaces' labels they select by.
 struct ClusterWatches {
@@ -86,14 +112,7 @@ struct ClusterWatches {
 
 impl ClusterWatches {
     fn new(client: &kube::Client, streaming: bool) -> ClusterWatches {
-        let wc = move || {
-            let cfg = watcher::Config::default().any_semantic();
-            if streaming {
-                cfg.streaming_lists()
-            } else {
-                cfg.page_size(100)
-            }
-        };
+        let wc = move || watch_config(streaming);
         ClusterWatches {
             policies: SharedWatch::new(kube::Api::all(client.clone()), wc(), vec![]),
             namespaces: SharedWatch::new(kube::Api::all(client.clone()), wc(), vec![]),
@@ -108,13 +127,7 @@ impl ClusterWatches {
 
     fn drive(self, shutdown: CancellationToken) -> Running {
         let drivers = futures::future::join(self.policies.drive(), self.namespaces.drive());
-        async move {
-            tokio::select! {
-                _ = drivers => {}
-                _ = shutdown.cancelled() => {}
-            }
-        }
-        .boxed()
+        until_shutdown(drivers.map(|_| ()), shutdown)
     }
 }
 
@@ -175,16 +188,7 @@ struct Watches {
 
 impl Watches {
     fn new(client: &kube::Client, ns: Option<&str>, streaming: bool) -> Watches {
-        let wc = move || {
-            let cfg = watcher::Config::default().any_semantic();
-            if streaming {
-                cfg.streaming_lists()
-            } else {
-                // Pages bound a list's memory where the API server honours them (lists it does
-                // not serve from its watch cache).
-                cfg.page_size(100)
-            }
-        };
+        let wc = move || watch_config(streaming);
         // Update Jobs and pods, and retained workspaces' StatefulSets and claims: ours only,
         // by label.
         let ours = move || wc().labels(names::UPDATE_NAME_LABEL);
@@ -257,13 +261,7 @@ impl Watches {
             self.statefulsets.drive(),
             self.claims.drive(),
         ]);
-        async move {
-            tokio::select! {
-                _ = drivers => {}
-                _ = shutdown.cancelled() => {}
-            }
-        }
-        .boxed()
+        until_shutdown(drivers.map(|_| ()), shutdown)
     }
 }
 

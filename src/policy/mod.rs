@@ -176,6 +176,12 @@ pub fn packs_for(
     Ok(packs)
 }
 
+/// A namespace's labels from the cache; `None` while the cache has not seen it.
+fn namespace_labels(stores: &Stores, ns: &str) -> Option<Labels> {
+    let namespace = stores.namespaces.get(&ObjectRef::new(ns))?;
+    Some(namespace.metadata.labels.clone().unwrap_or_default())
+}
+
 /// The packs an Update must run with, from the caches: `Ok(None)` while its namespace is not
 /// in the namespace cache yet (its labels decide; never guessed). The Stack that controls the
 /// Update (matched by UID) gives the labels a policy's Stack selector matches; an Update
@@ -185,7 +191,7 @@ pub fn packs_for_update(
     stores: &Stores,
 ) -> Result<Option<Vec<PolicyPackPlan>>, PackUnavailable> {
     let ns = update.namespace().unwrap_or_default();
-    let Some(namespace) = stores.namespaces.get(&ObjectRef::new(&ns)) else {
+    let Some(namespace_labels) = namespace_labels(stores, &ns) else {
         return Ok(None);
     };
     let stack = update
@@ -200,7 +206,7 @@ pub fn packs_for_update(
         });
     let empty = Labels::new();
     let subject = Subject {
-        namespace_labels: namespace.metadata.labels.as_ref().unwrap_or(&empty),
+        namespace_labels: &namespace_labels,
         stack_labels: stack
             .as_ref()
             .map(|s| s.metadata.labels.as_ref().unwrap_or(&empty)),
@@ -213,13 +219,13 @@ pub fn packs_for_stack(
     stack: &Stack,
     stores: &Stores,
 ) -> Result<Option<Vec<PolicyPackPlan>>, PackUnavailable> {
-    let ns = stack.namespace().unwrap_or_default();
-    let Some(namespace) = stores.namespaces.get(&ObjectRef::new(&ns)) else {
+    let Some(namespace_labels) = namespace_labels(stores, &stack.namespace().unwrap_or_default())
+    else {
         return Ok(None);
     };
     let empty = Labels::new();
     let subject = Subject {
-        namespace_labels: namespace.metadata.labels.as_ref().unwrap_or(&empty),
+        namespace_labels: &namespace_labels,
         stack_labels: Some(stack.metadata.labels.as_ref().unwrap_or(&empty)),
     };
     packs_for(&stores.policies.state(), &subject).map(Some)
