@@ -307,7 +307,11 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
     pods.retain(|p| owned_by_job(p, &job));
     let pod_refs: Vec<&CachedPod> = pods.iter().map(|p| p.as_ref()).collect();
     let (progress, recheck) = follow(&ctx, &ns, &job, &pod_refs, &now).await?;
-    let progress = with_outputs(&ctx, &ns, &update, &pod_refs, progress).await?;
+    let (progress, recheck) =
+        match with_outputs(&ctx, &ns, &update, &pod_refs, progress, &now).await? {
+            (progress, Some(soon)) => (progress, soon),
+            (progress, None) => (progress, recheck),
+        };
     // Never without a start once the Job exists (see `start`).
     let start = job
         .status
@@ -486,16 +490,18 @@ async fn waiting_to_start(
 }
 
 /// A success hands its outputs (or a preview's saved plan) over; when they cannot be had,
-/// the operation fails after all.
+/// the operation fails after all. Outputs not yet in a log that may still be arriving are
+/// looked for again shortly (the returned recheck).
 async fn with_outputs(
     ctx: &Context,
     ns: &str,
     update: &Update,
     pods: &[&CachedPod],
     progress: Progress,
-) -> Result<Progress> {
+    now: &Time,
+) -> Result<(Progress, Option<Duration>)> {
     let Progress::Succeeded { result, end } = &progress else {
-        return Ok(progress);
+        return Ok((progress, None));
     };
     let saves_plan = crate::update::plan::saves_plan(update);
     let collected = match result.outputs_digest.as_deref() {
@@ -504,20 +510,34 @@ async fn with_outputs(
         None => Ok(()),
     };
     let Err(why) = collected else {
-        return Ok(progress);
+        return Ok((progress, None));
     };
+    let ended = end.as_ref().map(|t| t.0);
+    if why == OutputsUnavailable::NotInLog {
+        if let Some(soon) = crate::update::status::outputs_log_recheck(ended, now.0) {
+            info!("the outputs are not in the pod's log yet; looking again shortly");
+            let message = "the operation succeeded; waiting for its outputs in its pod's log";
+            let waiting = Progress::Running {
+                message: message.into(),
+            };
+            return Ok((waiting, Some(soon)));
+        }
+    }
     warn!(%why, "outputs unavailable");
     let reason = if saves_plan {
         crate::update::plan::REASON_PLAN_UNAVAILABLE
     } else {
         names::UPDATE_REASON_OUTPUTS_UNAVAILABLE
     };
-    Ok(Progress::Failed {
-        reason: reason.into(),
-        message: format!("the operation succeeded, but {why}"),
-        result: Some(result.clone()),
-        end: end.clone(),
-    })
+    Ok((
+        Progress::Failed {
+            reason: reason.into(),
+            message: format!("the operation succeeded, but {why}"),
+            result: Some(result.clone()),
+            end: end.clone(),
+        },
+        None,
+    ))
 }
 
 /// The events of a status just written: a stale lock the runner cleared, the operation's end.
@@ -710,6 +730,10 @@ fn pulumi_ended_well(p: &CachedPod) -> bool {
         })
 }
 
+/// How much of the end of the log is searched for the sealed outputs: the runner writes them
+/// last but one line, with room for what plugins that outlive Pulumi may still print.
+const OUTPUTS_LOG_TAIL_LINES: i64 = 200;
+
 /// The end of the `pulumi` container's log, where the runner writes the sealed outputs.
 async fn pod_log(
     ctx: &Context,
@@ -718,7 +742,7 @@ async fn pod_log(
 ) -> Result<std::result::Result<String, OutputsUnavailable>> {
     let params = kube::api::LogParams {
         container: Some(names::PULUMI_CONTAINER.into()),
-        tail_lines: Some(50),
+        tail_lines: Some(OUTPUTS_LOG_TAIL_LINES),
         ..Default::default()
     };
     match Api::<Pod>::namespaced(ctx.client.clone(), ns)

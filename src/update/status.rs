@@ -414,6 +414,22 @@ pub fn pod_start_problem(pod: &Pod) -> Option<(String, String)> {
 /// trigger every other look, so this is only a backstop.
 pub const RUNNING_RECHECK_SECONDS: i64 = 300;
 
+/// How long after the `pulumi` container ended its log may still be missing its last lines:
+/// the node writes a container's output to the log file on its own schedule, and a busy node
+/// can report the container's end first.
+pub const OUTPUTS_LOG_GRACE_SECONDS: i64 = 30;
+
+/// Whether a succeeded operation whose sealed outputs are not (yet) in its pod's log should be
+/// looked at again rather than failed: only within [`OUTPUTS_LOG_GRACE_SECONDS`] of the
+/// container's end (`ended`). Returns when to look again.
+pub fn outputs_log_recheck(
+    ended: Option<jiff::Timestamp>,
+    now: jiff::Timestamp,
+) -> Option<std::time::Duration> {
+    let elapsed = now.as_second() - ended?.as_second();
+    (elapsed < OUTPUTS_LOG_GRACE_SECONDS).then(|| std::time::Duration::from_secs(3))
+}
+
 /// When to look at a running operation again without a watch event: the next moment at which
 /// a decision that depends on time alone can change. Pod, Job and Warning Event changes
 /// trigger their own reconcile, so a fixed short period (which, for thousands of waiting
@@ -1304,5 +1320,19 @@ mod tests {
             ("Complete", "True")
         );
         assert_eq!(st.message.as_deref(), Some("m"));
+    }
+
+    #[test]
+    fn outputs_missing_from_the_log_are_waited_for_only_shortly_after_the_end() {
+        let end = jiff::Timestamp::from_second(1_000_000).unwrap();
+        let at = |s: i64| jiff::Timestamp::from_second(1_000_000 + s).unwrap();
+        assert!(outputs_log_recheck(Some(end), at(0)).is_some());
+        assert!(outputs_log_recheck(Some(end), at(OUTPUTS_LOG_GRACE_SECONDS - 1)).is_some());
+        assert_eq!(
+            outputs_log_recheck(Some(end), at(OUTPUTS_LOG_GRACE_SECONDS)),
+            None
+        );
+        // No end recorded: nothing to measure the wait by, so no wait.
+        assert_eq!(outputs_log_recheck(None, at(0)), None);
     }
 }

@@ -708,8 +708,11 @@ impl Agent {
             a.abort();
             b.abort();
         }
+        // The container's end is reported once its output is in the log file (as containerd
+        // waits for a container's IO before its exit event); a loaded node takes seconds.
+        // Bounded: a process that escaped the group may hold the pipe open.
         for t in running.log_tasks.drain(..) {
-            let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
+            let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
         }
         let exit_code = match status {
             Ok(s) => {
