@@ -21,6 +21,21 @@ pub const PLAN_DIR: &str = "/var/run/pulumi-operator/plan";
 pub const PLAN_FILE: &str = "/var/run/pulumi-operator/plan/plan.json";
 /// The key of the plan in its Secret.
 pub const PLAN_KEY: &str = "plan.json";
+/// The environment variable of an update Job's runner containers with the digest of the plan
+/// the operator wrote ([`plan_digest`]): the Job's pod spec cannot change after creation, the
+/// plan Secret can (a tenant may edit Secrets in its namespace), so the runner refuses a plan
+/// whose digest differs.
+pub const PLAN_DIGEST_ENV: &str = "PULUMI_OPERATOR_PLAN_DIGEST";
+
+/// The digest of a plan's text as stored in its Secret: `sha256:<hex>`.
+pub fn plan_digest(text: &[u8]) -> String {
+    let hex: String = ring::digest::digest(&ring::digest::SHA256, text)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256:{hex}")
+}
 /// Where a Program's rendered Pulumi.yaml is mounted (from the ConfigMap `<update>-program`).
 pub const PROGRAM_DIR: &str = "/var/run/pulumi-operator/program";
 /// The checkout of the source (git clone, unpacked artifact, Program) in the share volume.

@@ -158,7 +158,12 @@ pub fn join_errors(errors: &[SpecError]) -> String {
 /// Environment variable names the operator sets itself in a stack's pods, and the prefix it
 /// keeps for its runner: a tenant's `envRefs` or Workspace `env` entry with one of these names
 /// would change how the operation runs, so it is refused.
-pub const RESERVED_ENV_NAMES: &[&str] = &[names::PULUMI_ENV_VAR, "POD_NAMESPACE", "POD_SA_NAME"];
+pub const RESERVED_ENV_NAMES: &[&str] = &[
+    names::PULUMI_ENV_VAR,
+    "POD_NAMESPACE",
+    "POD_SA_NAME",
+    crate::plan::PLAN_DIGEST_ENV,
+];
 /// See [`RESERVED_ENV_NAMES`].
 pub const RESERVED_ENV_PREFIX: &str = "PULUMI_RUNNER_";
 
@@ -929,11 +934,12 @@ mod tests {
             errors(&spec),
             [
                 "spec.envRefs.PULUMI_ENV: \"PULUMI_ENV\" is reserved for the operator (it sets \
-                 PULUMI_ENV, POD_NAMESPACE, POD_SA_NAME and every PULUMI_RUNNER_* name itself); \
-                 use another name",
-                "spec.envRefs.PULUMI_RUNNER_PLAN: \"PULUMI_RUNNER_PLAN\" is reserved for the \
-                 operator (it sets PULUMI_ENV, POD_NAMESPACE, POD_SA_NAME and every \
+                 PULUMI_ENV, POD_NAMESPACE, POD_SA_NAME, PULUMI_OPERATOR_PLAN_DIGEST and every \
                  PULUMI_RUNNER_* name itself); use another name",
+                "spec.envRefs.PULUMI_RUNNER_PLAN: \"PULUMI_RUNNER_PLAN\" is reserved for the \
+                 operator (it sets PULUMI_ENV, POD_NAMESPACE, POD_SA_NAME, \
+                 PULUMI_OPERATOR_PLAN_DIGEST and every PULUMI_RUNNER_* name itself); use \
+                 another name",
             ]
         );
     }

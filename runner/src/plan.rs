@@ -34,9 +34,27 @@ pub fn load(path: &Path) -> Result<RunPlan, Failure> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         Failure::config_invalid(format!("cannot read the plan {}: {e}", path.display()))
     })?;
+    let expected = std::env::var(pulumi_operator_api::plan::PLAN_DIGEST_ENV).ok();
+    check_digest(&text, expected.as_deref())?;
     serde_json::from_str(&text).map_err(|e| {
         Failure::config_invalid(format!("cannot parse the plan {}: {e}", path.display()))
     })
+}
+
+/// The plan must be the one the operator wrote when the Job says which that was: the plan
+/// Secret can be edited after the Job exists, the Job's pod spec cannot.
+pub fn check_digest(text: &str, expected: Option<&str>) -> Result<(), Failure> {
+    let Some(expected) = expected.map(str::trim).filter(|e| !e.is_empty()) else {
+        return Ok(());
+    };
+    if pulumi_operator_api::plan::plan_digest(text.as_bytes()) == expected {
+        return Ok(());
+    }
+    Err(Failure::new(
+        pulumi_operator_api::plan::FailureReason::UpdateFailed,
+        "the plan Secret was changed after the operator wrote it (its digest is not the one \
+         in the Job); the operation does not run",
+    ))
 }
 
 /// Paths inside the share volume (`/share` in a Job, a temp dir in tests).
@@ -184,5 +202,21 @@ mod tests {
             pulumi_operator_api::plan::FailureReason::ConfigInvalid
         );
         assert!(e.message.contains("/nonexistent/plan.json"));
+    }
+
+    #[test]
+    fn a_plan_changed_after_the_operator_wrote_it_is_refused() {
+        let text = r#"{"operation":"up"}"#;
+        let digest = pulumi_operator_api::plan::plan_digest(text.as_bytes());
+        assert!(check_digest(text, Some(&digest)).is_ok());
+        // No digest in the Job (a retained workspace, a hand-run runner): nothing to compare.
+        assert!(check_digest(text, None).is_ok());
+        let edited = r#"{"operation":"up","policyPacks":[]}"#;
+        let e = check_digest(edited, Some(&digest)).unwrap_err();
+        assert!(
+            e.message.contains("plan Secret was changed"),
+            "{}",
+            e.message
+        );
     }
 }

@@ -29,6 +29,9 @@ use std::collections::BTreeMap;
 pub struct JobConfig {
     pub runner_image: String,
     pub runner_pull_policy: String,
+    /// The digest of the plan as stored in the plan Secret ([`plan::plan_digest`]), given to
+    /// every container that runs the runner so that it refuses an edited plan.
+    pub plan_digest: Option<String>,
 }
 
 /// The label that ties a Job and its pod to their Update.
@@ -612,12 +615,21 @@ fn operator_pod_spec(update: &Update, ws: &Workspace, cfg: &JobConfig, shape: Jo
     }
     let mut bootstrap = runner_container(cfg, "bootstrap", vec![v.share.clone()]);
     bootstrap.args = Some(vec!["bootstrap".into(), plan::RUNNER_BINARY.into()]);
-    let pulumi = pulumi_container(ws, restricted, v.pulumi_mounts);
+    let mut pulumi = pulumi_container(ws, restricted, v.pulumi_mounts);
     let mut init_containers = vec![bootstrap, fetch];
     if shape.policy_packs {
         init_containers.push(crate::update::policy_job::policy_container(
             &pulumi, v.share,
         ));
+    }
+    if let Some(digest) = &cfg.plan_digest {
+        // Every container that reads the plan (not `bootstrap`, which only copies the runner).
+        let readers = init_containers.iter_mut().skip(1);
+        for c in readers.chain(std::iter::once(&mut pulumi)) {
+            c.env
+                .get_or_insert_with(Vec::new)
+                .push(env_value(plan::PLAN_DIGEST_ENV, digest));
+        }
     }
     PodSpec {
         restart_policy: Some("Never".into()),
@@ -783,6 +795,7 @@ mod tests {
         JobConfig {
             runner_image: "runner".into(),
             runner_pull_policy: "IfNotPresent".into(),
+            plan_digest: None,
         }
     }
 
@@ -802,8 +815,14 @@ mod tests {
         policy_packs: true,
     };
 
+    const DIGEST: &str = "sha256:d1";
+
     fn pod_of(ws: &Workspace, u: &Update) -> Value {
-        let job = serde_json::to_value(build_job(u, ws, &cfg(), POLICY).unwrap()).unwrap();
+        let cfg = JobConfig {
+            plan_digest: Some(DIGEST.into()),
+            ..cfg()
+        };
+        let job = serde_json::to_value(build_job(u, ws, &cfg, POLICY).unwrap()).unwrap();
         job["spec"]["template"]["spec"].clone()
     }
 
@@ -830,7 +849,10 @@ mod tests {
         assert!(!policy.to_string().contains("PULUMI_CONFIG_PASSPHRASE"));
         let mounts = pod["containers"][0]["volumeMounts"].to_string();
         assert!(mounts.contains(r#"{"mountPath":"/var/run/pulumi-operator/policy-packs","name":"policy-packs","readOnly":true}"#), "{mounts}");
-        assert_eq!(check_untouched(&pod, "runner"), Ok(()));
+        assert_eq!(check_untouched(&pod, "runner", Some(DIGEST)), Ok(()));
+        // A covered Job is not built without the digest of its plan.
+        assert!(check_untouched(&pod, "runner", None).is_err());
+        assert!(check_untouched(&pod, "runner", Some("sha256:other")).is_err());
         // Without packs, the Job is as before.
         let plain =
             serde_json::to_value(build_job(&u, &ws, &cfg(), JobShape::default()).unwrap()).unwrap();
@@ -870,6 +892,10 @@ mod tests {
                 "policy-packs volume",
             ),
             (
+                json!({"containers": [{"name": "pulumi", "env": [{"name": "PULUMI_OPERATOR_PLAN_DIGEST", "value": "sha256:mine"}]}]}),
+                "PULUMI_OPERATOR_PLAN_DIGEST",
+            ),
+            (
                 json!({"volumes": [{"name": "mine", "emptyDir": {}}],
                     "containers": [{"name": "pulumi", "volumeMounts": [{"name": "mine", "mountPath": "/var/run/pulumi-operator/policy-packs/limits/k8s"}]}]}),
                 "over or writable",
@@ -882,7 +908,8 @@ mod tests {
         for (spec, want) in attempts {
             let (u, mut ws) = fixture();
             tenant_template(&mut ws, spec.clone());
-            let err = check_untouched(&pod_of(&ws, &u), "runner").expect_err(&spec.to_string());
+            let err = check_untouched(&pod_of(&ws, &u), "runner", Some(DIGEST))
+                .expect_err(&spec.to_string());
             assert!(err.0.contains(want), "{spec}: {err}");
         }
         // Harmless template fields still merge.
@@ -891,7 +918,10 @@ mod tests {
             &mut ws,
             json!({"nodeSelector": {"pool": "pulumi"}, "containers": [{"name": "pulumi", "env": [{"name": "TZ", "value": "UTC"}]}]}),
         );
-        assert_eq!(check_untouched(&pod_of(&ws, &u), "runner"), Ok(()));
+        assert_eq!(
+            check_untouched(&pod_of(&ws, &u), "runner", Some(DIGEST)),
+            Ok(())
+        );
     }
 
     #[test]
@@ -1054,6 +1084,7 @@ mod tests {
         let cfg = JobConfig {
             runner_image: "ghcr.io/pulumi-operator-rs/runner:v0.1.0".into(),
             runner_pull_policy: "IfNotPresent".into(),
+            plan_digest: Some("sha256:0123".into()),
         };
         let job = build_job(&u, &ws, &cfg, JobShape::default()).unwrap();
         let v = serde_json::to_value(&job).unwrap();
@@ -1113,10 +1144,16 @@ mod tests {
                 "PULUMI_HOME",
                 "POD_NAMESPACE",
                 "POD_SA_NAME",
-                "PULUMI_ENV"
+                "PULUMI_ENV",
+                "PULUMI_OPERATOR_PLAN_DIGEST"
             ]
         );
         assert_eq!(c["env"][1]["valueFrom"]["secretKeyRef"]["name"], "pp");
+        // The plan's digest reaches every container that reads the plan, never bootstrap.
+        assert_eq!(c["env"][6]["value"], "sha256:0123");
+        let fetch_env = ps["initContainers"][1]["env"].as_array().unwrap();
+        assert_eq!(fetch_env.last().unwrap()["value"], "sha256:0123");
+        assert!(!ps["initContainers"][0].to_string().contains("PLAN_DIGEST"));
         let volumes: Vec<&str> = ps["volumes"]
             .as_array()
             .unwrap()
@@ -1133,6 +1170,7 @@ mod tests {
         let cfg = JobConfig {
             runner_image: "r".into(),
             runner_pull_policy: "IfNotPresent".into(),
+            plan_digest: None,
         };
         let src = ResolvedSource::Git {
             url: "git@github.com:org/app.git".into(),
@@ -1280,6 +1318,7 @@ mod tests {
         let cfg = JobConfig {
             runner_image: "r".into(),
             runner_pull_policy: "Always".into(),
+            plan_digest: None,
         };
         let v = serde_json::to_value(
             build_job(

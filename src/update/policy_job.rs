@@ -93,10 +93,42 @@ fn empty(v: Option<&Value>) -> bool {
 
 /// Whether the final pod spec (the Workspace's template merged in) still carries the packs as
 /// the operator built them; the error says what the template changed.
-pub fn check_untouched(pod: &Value, runner_image: &str) -> Result<(), NotAllowed> {
-    check_stages(pod, runner_image)?;
+pub fn check_untouched(
+    pod: &Value,
+    runner_image: &str,
+    plan_digest: Option<&str>,
+) -> Result<(), NotAllowed> {
+    let plan_digest = plan_digest.ok_or_else(|| refused("the plan's digest is unknown"))?;
+    check_stages(pod, runner_image, plan_digest)?;
+    check_plan_digest(pod, plan_digest)?;
     check_mounts(pod)?;
     check_env(pod)
+}
+
+/// The plan lists the packs, and its Secret can be edited: each container that reads it gets
+/// the digest of the plan the operator wrote, once, as the operator set it.
+fn check_plan_digest(pod: &Value, digest: &str) -> Result<(), NotAllowed> {
+    let want = json!([{"name": plan::PLAN_DIGEST_ENV, "value": digest}]);
+    for (key, name) in [
+        ("initContainers", "fetch"),
+        ("initContainers", POLICY_CONTAINER),
+        ("containers", names::PULUMI_CONTAINER),
+    ] {
+        let set: Vec<&Value> = named(pod, key, name)
+            .and_then(|c| c.get("env"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|e| e.get("name").and_then(Value::as_str) == Some(plan::PLAN_DIGEST_ENV))
+            .collect();
+        if serde_json::to_value(&set).ok().as_ref() != Some(&want) {
+            return Err(refused(&format!(
+                "the template changes {} of the {name} container",
+                plan::PLAN_DIGEST_ENV
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn refused(what: &str) -> NotAllowed {
@@ -106,7 +138,7 @@ fn refused(what: &str) -> NotAllowed {
     ))
 }
 
-fn check_stages(pod: &Value, runner_image: &str) -> Result<(), NotAllowed> {
+fn check_stages(pod: &Value, runner_image: &str, plan_digest: &str) -> Result<(), NotAllowed> {
     let fetch = named(pod, "initContainers", "fetch")
         .ok_or_else(|| refused("the fetch container is gone"))?;
     if fetch.get("image").and_then(Value::as_str) != Some(runner_image)
@@ -119,7 +151,9 @@ fn check_stages(pod: &Value, runner_image: &str) -> Result<(), NotAllowed> {
     }
     let policy = named(pod, "initContainers", POLICY_CONTAINER)
         .ok_or_else(|| refused("the policy container is gone"))?;
-    let want_env = serde_json::to_value(policy_env()).unwrap_or_default();
+    let mut want_env = policy_env();
+    want_env.push(env(plan::PLAN_DIGEST_ENV, plan_digest));
+    let want_env = serde_json::to_value(want_env).unwrap_or_default();
     if policy.get("command") != Some(&json!(policy_command()))
         || !empty(policy.get("args"))
         || policy.get("env") != Some(&want_env)

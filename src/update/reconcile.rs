@@ -22,7 +22,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use pulumi_operator_api::plan::{plan_secret_name, FailureReason, RunPlan, PLAN_KEY};
+use pulumi_operator_api::plan::{plan_digest, plan_secret_name, FailureReason, RunPlan, PLAN_KEY};
 use pulumi_operator_api::{names, parse_duration, Update, UpdateStatus, Workspace};
 use serde::Serialize;
 use std::ops::ControlFlow;
@@ -223,12 +223,26 @@ where
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
 {
-    match api.create(&PostParams::default(), obj).await {
-        Ok(_) => Ok(Created::Ready),
+    Ok(create_or_find(api, obj, update).await?.0)
+}
+
+/// [`create_owned`], with the object as stored when it is this Update's.
+async fn create_or_find<K>(api: &Api<K>, obj: &K, update: &Update) -> Result<(Created, Option<K>)>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let created: Result<Created> = match api.create(&PostParams::default(), obj).await {
+        Ok(stored) => return Ok((Created::Ready, Some(stored))),
         Err(kube::Error::Api(e)) if e.code == 409 => {
             let name = obj.meta().name.clone().unwrap_or_default();
             match api.get_opt(&name).await? {
-                Some(existing) if owned_by_update(&existing, update) => Ok(Created::Ready),
+                Some(existing) if owned_by_update(&existing, update) => {
+                    return Ok((Created::Ready, Some(existing)))
+                }
                 Some(existing) if left_by_namesake(&existing, update) => {
                     info!(object = %name, "waiting for a leftover of an earlier Update of the same name to be collected");
                     Ok(Created::Blocked(name))
@@ -245,7 +259,8 @@ where
             format!("{} (HTTP {})", e.message, e.code),
         )),
         Err(e) => Err(e.into()),
-    }
+    };
+    Ok((created?, None))
 }
 
 /// Whether `obj` belongs to an earlier Update of the same name (another UID).
@@ -849,18 +864,23 @@ async fn start(
             create_program_config_map(update, ctx, ns, api, now, &ws).await?
         ));
     }
-    objects.push(
-        create_owned(
-            &Api::<Secret>::namespaced(ctx.client.clone(), ns),
-            &build_plan_secret(update, &plan)?,
-            update,
-        )
-        .await?,
-    );
+    let (created, stored) = create_or_find(
+        &Api::<Secret>::namespaced(ctx.client.clone(), ns),
+        &build_plan_secret(update, &plan)?,
+        update,
+    )
+    .await?;
+    objects.push(created);
     if let Some(done) = blocked_or_rejected(ctx, api, update, &objects, now).await? {
         return Ok(Started::Done(done));
     }
-    go_on!(create_job(update, ctx, ns, api, now, &ws, shape).await?);
+    let job = JobInputs {
+        shape,
+        // The plan as stored (an earlier reconcile may have written it, with another outputs
+        // key): the Job's runner refuses any other.
+        plan_digest: stored.as_ref().and_then(stored_plan_digest),
+    };
+    go_on!(create_job(update, ctx, ns, api, now, &ws, job).await?);
     // `startTime` records that this Update has had a Job: it never gets a second one.
     let starting = Progress::Running {
         message: crate::update::status::RUNNING_MESSAGE.into(),
@@ -1075,6 +1095,28 @@ async fn create_program_config_map(
     ))
 }
 
+/// The digest of the plan a plan Secret holds (`data` as the API server returns it,
+/// `stringData` as written).
+fn stored_plan_digest(secret: &Secret) -> Option<String> {
+    let data = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(PLAN_KEY))
+        .map(|b| b.0.as_slice());
+    let text = secret
+        .string_data
+        .as_ref()
+        .and_then(|d| d.get(PLAN_KEY))
+        .map(String::as_bytes);
+    data.or(text).map(plan_digest)
+}
+
+/// What the Job is built from besides its Workspace.
+struct JobInputs {
+    shape: JobShape,
+    plan_digest: Option<String>,
+}
+
 /// Creates the Job, if the operator's policy allows its pod.
 async fn create_job(
     update: &Update,
@@ -1083,17 +1125,23 @@ async fn create_job(
     api: &Api<Update>,
     now: &Time,
     ws: &Workspace,
-    shape: JobShape,
+    inputs: JobInputs,
 ) -> Result<ControlFlow<Action>> {
+    let JobInputs { shape, plan_digest } = inputs;
     let cfg = JobConfig {
         runner_image: ctx.config.runner_image.clone(),
         runner_pull_policy: ctx.config.runner_image_pull_policy.clone(),
+        plan_digest,
     };
     let job = build_job(update, ws, &cfg, shape)?;
     let pod_spec = serde_json::to_value(job.spec.as_ref().and_then(|s| s.template.spec.as_ref()))?;
     let checked = crate::runtime::policy::check_pod(ns, &pod_spec, &ctx.policy).and_then(|()| {
         if shape.policy_packs {
-            crate::update::policy_job::check_untouched(&pod_spec, &cfg.runner_image)
+            crate::update::policy_job::check_untouched(
+                &pod_spec,
+                &cfg.runner_image,
+                cfg.plan_digest.as_deref(),
+            )
         } else {
             Ok(())
         }

@@ -459,6 +459,8 @@ fn build(
     let cfg = JobConfig {
         runner_image: ctx.config.runner_image.clone(),
         runner_pull_policy: ctx.config.runner_image_pull_policy.clone(),
+        // The retained pod's plan Secret is patched in place as the Workspace changes.
+        plan_digest: None,
     };
     match retained::desired(ws, &cfg, program) {
         Ok(d) => ControlFlow::Continue(d),

@@ -390,6 +390,7 @@ mod tests {
         JobConfig {
             runner_image: "ghcr.io/pulumi-operator-rs/runner:v0.1.0".into(),
             runner_pull_policy: "IfNotPresent".into(),
+            plan_digest: None,
         }
     }
 
