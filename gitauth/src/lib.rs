@@ -12,6 +12,7 @@
 //!
 //! Credential values never reach a message: [`Session::redact`] scrubs every error text.
 
+pub mod clone;
 pub mod github_app;
 pub mod redact;
 pub mod ssh;
