@@ -144,6 +144,7 @@ fn policy_controller(
         namespaces: cluster.namespaces.store(),
         stacks: stacks.clone(),
         metrics: scope.metrics.clone(),
+        operator_namespace: scope.config.lease_namespace.clone(),
     });
     let filled = futures::future::join(
         cluster.filled(),

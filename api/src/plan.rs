@@ -116,6 +116,11 @@ pub enum Source {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         dir: Option<String>,
     },
+    /// A tar.gz handed over in the plan itself (base64), checked against its digest
+    /// (`sha256:<hex>`) and unpacked: a policy pack the operator fetched with credentials that
+    /// must not reach the operation's namespace.
+    #[serde(rename_all = "camelCase")]
+    Inline { digest: String, archive: String },
     /// Copy the rendered Pulumi.yaml of a Program (mounted at [`PROGRAM_DIR`]).
     #[serde(rename_all = "camelCase")]
     Program { file: String },

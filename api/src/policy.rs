@@ -104,6 +104,13 @@ pub struct PolicyPackGitSource {
     /// The pack's directory in the repository (default: its root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dir: Option<String>,
+    /// Credentials for a private repository, as a Stack's `gitAuth` (exactly one of
+    /// `accessToken`, `sshAuth`, `basicAuth` or `githubApp`), read from Secrets in the
+    /// operator's own namespace. The operator then fetches the pack itself and hands each
+    /// operation a copy checked by its digest: the credentials never reach a tenant's
+    /// namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_auth: Option<Box<crate::GitAuthConfig>>,
 }
 
 /// A Flux source holding a policy pack.

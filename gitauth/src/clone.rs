@@ -86,7 +86,7 @@ pub fn fetch(
                 with_retries(log, || {
                     clone_once(spec, dest, &Strategy::Everything(id), auth)
                 })
-                    .map_err(|e| fail(e.message))?
+                .map_err(|e| fail(e.message))?
             }
         },
         None => {

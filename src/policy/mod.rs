@@ -3,6 +3,7 @@
 //! pack's revision and reports what it covers (`reconcile`). An operation never runs without
 //! the packs that cover it: a pack without a revision fails it before it starts.
 
+pub mod archive;
 pub mod reconcile;
 
 use crate::runtime::context::Stores;
@@ -275,6 +276,7 @@ mod tests {
                 commit: commit.map(str::to_string),
                 branch: branch.map(str::to_string),
                 dir: Some("limits".into()),
+                git_auth: None,
             }),
             config: None,
             ..Default::default()

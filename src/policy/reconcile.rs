@@ -3,7 +3,7 @@
 //! the policy's status: each pack's revision or error, `Ready`, and how many Stacks it covers.
 //! Operations read the revisions from this status (see [`super::packs_for`]).
 
-use super::{covers, selector_error, Subject};
+use super::{archive, covers, selector_error, Subject};
 use crate::runtime::metrics::Metrics;
 use crate::source::{git, poll};
 use k8s_openapi::api::core::v1::Namespace;
@@ -12,8 +12,9 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::ResourceExt;
+use pulumi_gitauth::Credentials;
 use pulumi_operator_api::policy::{
-    PolicyPackSpec, PolicyPackStatus, StackPolicy, StackPolicyStatus,
+    PolicyPackGitSource, PolicyPackSpec, PolicyPackStatus, StackPolicy, StackPolicyStatus,
 };
 use pulumi_operator_api::Stack;
 use std::sync::Arc;
@@ -33,6 +34,8 @@ pub struct PolicyContext {
     /// The Stack caches of every watched namespace.
     pub stacks: Vec<Store<Stack>>,
     pub metrics: Arc<Metrics>,
+    /// Where the Secrets of packs' `gitAuth` are read.
+    pub operator_namespace: String,
 }
 
 /// An error of the StackPolicy controller (the status write).
@@ -55,6 +58,7 @@ fn git_answer(
     url: &str,
     commit: Option<&str>,
     branch: Option<&str>,
+    credentials: &Credentials,
     metrics: &Arc<Metrics>,
 ) -> PackAnswer {
     match (commit, branch) {
@@ -63,15 +67,15 @@ fn git_answer(
             let key = poll::Key {
                 url: url.to_string(),
                 reference: b.to_string(),
-                credentials: pulumi_gitauth::Credentials::None.fingerprint(),
+                credentials: credentials.fingerprint(),
             };
-            let (u, r) = (url.to_string(), b.to_string());
+            let (u, r, c) = (url.to_string(), b.to_string(), credentials.clone());
             let answer = poll::Poller::shared().lookup(
                 key,
                 poll::Need::MaxAge(BRANCH_MAX_AGE),
                 None,
                 Some(metrics.clone()),
-                move |cancel| git::ls_remote(&u, &r, &pulumi_gitauth::Credentials::None, cancel),
+                move |cancel| git::ls_remote(&u, &r, &c, cancel),
             );
             match answer {
                 poll::Answer::Ready(Ok(sha)) => PackAnswer::Revision(sha, None),
@@ -113,16 +117,48 @@ pub fn carry_over(
         .collect()
 }
 
+/// A git pack's commit; one of a private repository (`gitAuth`) is fetched by the operator
+/// too (its copy is what operations get), so that a pack that cannot be had says so here.
+async fn git_pack_answer(git: &PolicyPackGitSource, ctx: &PolicyContext) -> PackAnswer {
+    let credentials = match &git.git_auth {
+        None => Credentials::None,
+        Some(auth) => {
+            match archive::credentials(&ctx.client, &ctx.operator_namespace, auth).await {
+                Ok(c) => c,
+                Err(e) => return PackAnswer::Error(format!("its credentials cannot be read: {e}")),
+            }
+        }
+    };
+    let commit = git.commit.as_deref();
+    let answer = git_answer(
+        &git.url,
+        commit,
+        git.branch.as_deref(),
+        &credentials,
+        &ctx.metrics,
+    );
+    let PackAnswer::Revision(commit, _) = answer else {
+        return answer;
+    };
+    if git.git_auth.is_none() {
+        return PackAnswer::Revision(commit, None);
+    }
+    let key = archive::ArchiveKey {
+        url: git.url.clone(),
+        commit: commit.clone(),
+        dir: git.dir.clone().filter(|d| !d.is_empty()),
+    };
+    match archive::ensure(&key, credentials).await {
+        Ok(_) => PackAnswer::Revision(commit, None),
+        Err(e) => PackAnswer::Error(format!("cannot be fetched at {commit}: {e}")),
+    }
+}
+
 /// One pack's answer from its source: a git commit or branch head, a packaged pack's digest,
 /// or a Flux source's current artifact.
 async fn pack_answer(pack: &PolicyPackSpec, ctx: &PolicyContext) -> PackAnswer {
     match (&pack.git, &pack.flux_source, &pack.archive) {
-        (Some(g), None, None) => git_answer(
-            &g.url,
-            g.commit.as_deref(),
-            g.branch.as_deref(),
-            &ctx.metrics,
-        ),
+        (Some(g), None, None) => git_pack_answer(g, ctx).await,
         (None, Some(flux), None) => {
             let r = &flux.source_ref;
             match crate::source::flux::artifact(

@@ -14,7 +14,7 @@ use kube::api::Api;
 use kube::{Client, ResourceExt};
 use pulumi_gitauth::{line, Credentials, DEFAULT_GITHUB_API_URL, KNOWN_HOSTS_KEY};
 use pulumi_operator_api::{
-    GitSource, ResourceRef, Stack, WorkspaceGitAuth, WorkspaceGitHubAppAuth,
+    GitAuthConfig, GitSource, ResourceRef, Stack, WorkspaceGitAuth, WorkspaceGitHubAppAuth,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, OnceLock};
@@ -80,12 +80,15 @@ pub fn github_api_url(stack: &Stack) -> String {
         .get(GITHUB_API_URL_ANNOTATION)
         .map(|v| v.trim().to_string())
         .filter(|v| !v.is_empty())
-        .or_else(|| {
-            std::env::var(GITHUB_API_URL_ENV)
-                .ok()
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-        })
+        .unwrap_or_else(default_github_api_url)
+}
+
+/// The operator's `GITHUB_API_URL`, else `https://api.github.com`.
+pub fn default_github_api_url() -> String {
+    std::env::var(GITHUB_API_URL_ENV)
+        .ok()
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
         .unwrap_or_else(|| DEFAULT_GITHUB_API_URL.to_string())
 }
 
@@ -95,9 +98,14 @@ pub fn auth_refs(git: &GitSource, api_url: &str) -> AuthRefs {
     if let Some(secret) = git.git_auth_secret.as_ref().filter(|s| !s.is_empty()) {
         return AuthRefs::Legacy(secret.clone());
     }
-    let Some(auth) = &git.git_auth else {
-        return AuthRefs::None;
-    };
+    match &git.git_auth {
+        Some(auth) => config_refs(auth, api_url),
+        None => AuthRefs::None,
+    }
+}
+
+/// Where the credentials of a `gitAuth` live (a Stack's, or a StackPolicy pack's).
+pub fn config_refs(auth: &GitAuthConfig, api_url: &str) -> AuthRefs {
     if let Some(ssh) = &auth.ssh_auth {
         if let Some(k) = key("spec.gitAuth.sshAuth.sshPrivateKey", &ssh.ssh_private_key) {
             return AuthRefs::Ssh {

@@ -997,7 +997,21 @@ async fn run_plan(
         }
     };
     // The administrator's policy packs: never run without them.
-    match crate::policy::packs_for_update(update, &ctx.stores) {
+    let packs = match crate::policy::packs_for_update(update, &ctx.stores) {
+        Ok(Some(mut packs)) => {
+            // Packs of private repositories: the operator's copy, not the credentials.
+            crate::policy::archive::hand_over(
+                &ctx.client,
+                &ctx.config.lease_namespace,
+                &ctx.stores.policies.state(),
+                &mut packs,
+            )
+            .await
+            .map(|()| Some(packs))
+        }
+        other => other,
+    };
+    match packs {
         Ok(Some(packs)) => plan.policy_packs = packs,
         Ok(None) => {
             info!("namespace not in the cache yet: its policies are decided once it is");

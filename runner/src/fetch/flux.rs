@@ -93,6 +93,22 @@ pub fn fetch(
     Ok(())
 }
 
+/// Unpacks a tar.gz handed over in the plan (base64) into `dest`, once its digest checks out.
+pub fn unpack_inline(digest: &str, archive: &str, dest: &Path) -> Result<(), String> {
+    use base64::Engine;
+    let want = parse_digest(digest).map_err(|e| e.to_string())?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(archive.trim())
+        .map_err(|e| format!("the archive in the plan is not base64: {e}"))?;
+    let got = hex(&sha2::Sha256::digest(&bytes));
+    if got != want {
+        return Err(format!(
+            "digest mismatch: the archive in the plan has sha256:{got}, the plan says {digest}"
+        ));
+    }
+    unpack(bytes.as_slice(), dest, DEFAULT_MAX_BYTES).map_err(|e| e.to_string())
+}
+
 fn download_with_retries(url: &str, file: &Path, max_bytes: u64) -> Result<String, ArtifactError> {
     let client = reqwest::blocking::Client::builder()
         .connect_timeout(Duration::from_secs(30))
@@ -319,5 +335,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("archive"), "{e}");
+    }
+
+    #[test]
+    fn a_pack_handed_over_in_the_plan_unpacks_only_with_its_digest() {
+        use base64::Engine;
+        let bytes = tar_gz(&[("PulumiPolicy.yaml", b"runtime: nodejs\n")]);
+        let digest = format!("sha256:{}", hex(&Sha256::digest(&bytes)));
+        let text = base64::engine::general_purpose::STANDARD.encode(&bytes);
+        let dir = tempfile::tempdir().unwrap();
+        unpack_inline(&digest, &text, dir.path()).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("PulumiPolicy.yaml")).unwrap(),
+            "runtime: nodejs\n"
+        );
+        let other = tar_gz(&[("PulumiPolicy.yaml", b"runtime: python\n")]);
+        let swapped = base64::engine::general_purpose::STANDARD.encode(&other);
+        let e = unpack_inline(&digest, &swapped, tempfile::tempdir().unwrap().path()).unwrap_err();
+        assert!(e.contains("digest mismatch"), "{e}");
     }
 }

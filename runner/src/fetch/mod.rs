@@ -68,15 +68,12 @@ pub fn fetch(plan: &RunPlan, layout: &Layout) -> Result<RunResult, Failure> {
             link_project(&source_dir, &sub, &workspace)?;
             format!("fetched the artifact {digest}")
         }
-        Some(Source::Program { file }) => {
-            fresh_dir(&source_dir)?;
-            let text = std::fs::read(file).map_err(|e| {
-                Failure::source_unavailable(format!("cannot read the program {file}: {e}"))
-            })?;
-            write_file(&source_dir.join("Pulumi.yaml"), &text)?;
-            link(&source_dir, &workspace)?;
-            format!("copied the program {file}")
+        Some(Source::Inline { .. }) => {
+            return Err(Failure::source_unavailable(
+                "a program cannot be handed over in the plan; only policy packs are",
+            ))
         }
+        Some(Source::Program { file }) => copy_program(file, &source_dir, &workspace)?,
         Some(Source::ProjectInfo { name, runtime }) => {
             fresh_dir(&source_dir)?;
             write_file(
@@ -90,6 +87,16 @@ pub fn fetch(plan: &RunPlan, layout: &Layout) -> Result<RunResult, Failure> {
     let mut result = succeeded(message);
     result.project = project_info(&workspace);
     Ok(result)
+}
+
+/// A Program's rendered Pulumi.yaml, as the source.
+fn copy_program(file: &str, source_dir: &Path, workspace: &Path) -> Result<String, Failure> {
+    fresh_dir(source_dir)?;
+    let text = std::fs::read(file)
+        .map_err(|e| Failure::source_unavailable(format!("cannot read the program {file}: {e}")))?;
+    write_file(&source_dir.join("Pulumi.yaml"), &text)?;
+    link(source_dir, workspace)?;
+    Ok(format!("copied the program {file}"))
 }
 
 /// Clones a git source with the credentials of the container's environment.

@@ -115,6 +115,11 @@ fn download(pack: &PolicyPackPlan, dest: &Path, policy_dir: &Path) -> Result<Str
             fetched.map_err(|e| pack_failed(pack, e.message))?;
             Ok(digest.clone())
         }
+        Source::Inline { digest, archive } => {
+            crate::fetch::flux::unpack_inline(digest, archive, dest)
+                .map_err(|e| pack_failed(pack, format!("cannot unpack its copy: {e}")))?;
+            Ok(digest.clone())
+        }
         _ => Err(pack_failed(
             pack,
             "the plan gives no git commit or artifact digest to fetch",
