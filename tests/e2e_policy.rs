@@ -793,3 +793,120 @@ spec:
     let _ = policies.delete(&name, &DeleteParams::default()).await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+const PACK_PASSWORD: &str = "pack-pw-e2e-never-in-a-tenant-namespace";
+
+/// A pack in a private repository (`gitAuth`: basic auth from a Secret in the operator's
+/// namespace), following a branch. The operator fetches it and hands each operation a copy, so
+/// the password reaches nothing in the tenant's namespace. A violating Stack deploys while the
+/// pack is advisory; when the branch moves to the mandatory pack, a policy check (a preview,
+/// no `up`) reports the mandatory violation on the deployed Stack, which stays Ready.
+#[tokio::test]
+async fn a_private_pack_on_a_branch_is_fetched_by_the_operator_and_rechecked_when_it_moves() {
+    let f = StackFixture::new("pol-priv").await;
+    prepare(&f);
+    let ns = f.ns().to_string();
+    let root = std::env::temp_dir().join(format!("private-packs-{ns}"));
+    std::fs::create_dir_all(&root).unwrap();
+    let packs = test_support::GitRepo::new(&root, "packs");
+    let server = test_support::LoggedGitServer::start(
+        &root,
+        &["--user", "admin", "--password", PACK_PASSWORD, "--quiet"],
+    );
+    let url = format!("{}/packs.git", server.url);
+    let advisory: Vec<(String, String)> = pack_files("typescript-limits")
+        .into_iter()
+        .map(|(path, content)| match path.ends_with("index.ts") {
+            true => {
+                let text = content.replace(
+                    r#"enforcementLevel: "mandatory""#,
+                    r#"enforcementLevel: "advisory""#,
+                );
+                assert!(text.contains(r#""advisory""#), "the pack changed: {text}");
+                (path, text)
+            }
+            false => (path, content),
+        })
+        .collect();
+    let first = packs.commit_files(&advisory, "advisory");
+    let secret = format!("{ns}-packs");
+    let operator_ns = test_support::OPERATOR_NAMESPACE;
+    apply_cluster(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {secret}, namespace: {operator_ns}}}\nstringData: {{username: admin, password: {PACK_PASSWORD}}}\n"
+    ));
+    kubectl(&["label", "namespace", &ns, &format!("policy-e2e={ns}")]);
+    let name = format!("{ns}-private");
+    apply_cluster(&format!(
+        r#"apiVersion: policy.pulumi-operator-rs.dev/v1alpha1
+kind: StackPolicy
+metadata:
+  name: {name}
+spec:
+  namespaceSelector:
+    matchLabels: {{policy-e2e: {ns}}}
+  packs:
+  - name: limits
+    git:
+      url: "{url}"
+      branch: main
+      dir: packs/typescript-limits
+      gitAuth:
+        basicAuth:
+          userName: {{type: Secret, secret: {{name: {secret}, key: username}}}}
+          password: {{type: Secret, secret: {{name: {secret}, key: password}}}}
+"#
+    ));
+    let policies: Api<StackPolicy> = Api::all(f.sn.ns.client.clone());
+    let revision = |p: &StackPolicy| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.packs.first())
+            .and_then(|p| p.revision.clone())
+            .unwrap_or_default()
+    };
+    let p = wait_policy(&policies, &name, "the private pack resolved", |p| {
+        ready_reason(p) == "True/Resolved"
+    })
+    .await;
+    assert_eq!(revision(&p), first);
+
+    let bad = f.repo.commit_files(&typescript_program(), "no limits");
+    f.sn.ns.apply(&program_stack(&f, "bad", &bad, "", ""));
+    let s = f
+        .wait_stack_for(FIRST, "bad", "the Stack under the advisory pack", finished)
+        .await;
+    assert!(stack_ready(&s), "{:?}", last_update(&s).message);
+    let report = s.status.as_ref().and_then(|st| st.policy.clone());
+    let report = report.expect("status.policy");
+    assert_eq!((report.violations, report.mandatory), (1, 0), "{report:?}");
+    let deployed = last_update(&s).name;
+    // Nothing in the tenant's namespace carries the password: not the plan Secrets (which hold
+    // the operator's copy of the pack), not the Jobs or pods.
+    for kind in ["secrets", "jobs", "pods", "updates"] {
+        let all = kubectl(&["-n", &ns, "get", kind, "-o", "json"]);
+        assert!(!all.contains(PACK_PASSWORD), "the password is in the {kind}");
+    }
+
+    let second = packs.commit_files(&pack_files("typescript-limits"), "mandatory");
+    wait_policy(&policies, &name, "the policy at the branch's new commit", |p| {
+        revision(p) == second
+    })
+    .await;
+    let s = f
+        .wait_stack_for(FIRST, "bad", "the policy check after the move", |s| {
+            s.status
+                .as_ref()
+                .and_then(|st| st.policy.as_ref())
+                .is_some_and(|r| r.mandatory == 1)
+        })
+        .await;
+    assert!(stack_ready(&s), "a policy check never changes Ready");
+    assert_eq!(last_update(&s).name, deployed, "no up ran");
+    let warnings = condition(&s, "PolicyWarnings").expect("PolicyWarnings");
+    assert!(warnings.message.contains("mandatory"), "{}", warnings.message);
+
+    let _ = policies.delete(&name, &DeleteParams::default()).await;
+    kubectl(&["-n", operator_ns, "delete", "secret", &secret]);
+    drop(server);
+    let _ = std::fs::remove_dir_all(root);
+}
