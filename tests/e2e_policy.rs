@@ -884,13 +884,19 @@ spec:
     // the operator's copy of the pack), not the Jobs or pods.
     for kind in ["secrets", "jobs", "pods", "updates"] {
         let all = kubectl(&["-n", &ns, "get", kind, "-o", "json"]);
-        assert!(!all.contains(PACK_PASSWORD), "the password is in the {kind}");
+        assert!(
+            !all.contains(PACK_PASSWORD),
+            "the password is in the {kind}"
+        );
     }
 
     let second = packs.commit_files(&pack_files("typescript-limits"), "mandatory");
-    wait_policy(&policies, &name, "the policy at the branch's new commit", |p| {
-        revision(p) == second
-    })
+    wait_policy(
+        &policies,
+        &name,
+        "the policy at the branch's new commit",
+        |p| revision(p) == second,
+    )
     .await;
     let s = f
         .wait_stack_for(FIRST, "bad", "the policy check after the move", |s| {
@@ -903,7 +909,11 @@ spec:
     assert!(stack_ready(&s), "a policy check never changes Ready");
     assert_eq!(last_update(&s).name, deployed, "no up ran");
     let warnings = condition(&s, "PolicyWarnings").expect("PolicyWarnings");
-    assert!(warnings.message.contains("mandatory"), "{}", warnings.message);
+    assert!(
+        warnings.message.contains("mandatory"),
+        "{}",
+        warnings.message
+    );
 
     let _ = policies.delete(&name, &DeleteParams::default()).await;
     kubectl(&["-n", operator_ns, "delete", "secret", &secret]);

@@ -15,6 +15,26 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+/// A directory inside a checkout or artifact: relative, without `..` (a leading `/` is
+/// dropped). The error names the directory.
+pub fn sub_dir(dir: Option<&str>) -> Result<std::path::PathBuf, String> {
+    use std::path::Component;
+    let mut out = std::path::PathBuf::new();
+    for c in Path::new(dir.unwrap_or("")).components() {
+        match c {
+            Component::Normal(part) => out.push(part),
+            Component::CurDir | Component::RootDir => {}
+            Component::ParentDir | Component::Prefix(_) => {
+                return Err(format!(
+                    "the directory {:?} must stay inside the source",
+                    dir.unwrap_or_default()
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// What to fetch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GitSpec {
@@ -157,7 +177,7 @@ enum AttemptError {
         source: std::io::Error,
     },
     /// A gitoxide error, shown with its chain of sources.
-    #[error("{}", chain_of(.0.as_ref()))]
+    #[error("{}", crate::error_chain(.0.as_ref()))]
     Git(Box<dyn std::error::Error + Send + Sync>),
     #[error("commit {0} {NOT_FOUND}")]
     NotFound(gix::ObjectId),
@@ -298,19 +318,6 @@ fn point_head_at(repo: &gix::Repository, id: gix::ObjectId) -> Result<(), Attemp
     })
     .map_err(AttemptError::git)?;
     Ok(())
-}
-
-fn chain_of(e: &dyn std::error::Error) -> String {
-    let mut parts: Vec<String> = vec![e.to_string()];
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        let t = s.to_string();
-        if !parts.iter().any(|p| p.contains(&t)) {
-            parts.push(t);
-        }
-        cur = s.source();
-    }
-    parts.join(": ")
 }
 
 #[cfg(test)]

@@ -161,7 +161,7 @@ pub fn installation_token_within(
         .send()
         .map_err(|e| GitHubAppError::Request {
             url: shown.clone(),
-            cause: crate::redact::urls(&error_chain(&e)),
+            cause: crate::redact::urls(&crate::error_chain(&e)),
         })?;
     let status = response.status();
     let body = response.text().unwrap_or_default();
@@ -187,19 +187,6 @@ pub fn installation_token_within(
         Some(t) if !t.is_empty() => Ok(t.to_string()),
         _ => Err(GitHubAppError::NoToken(shown)),
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        let t = s.to_string();
-        if !parts.iter().any(|p| p.contains(&t)) {
-            parts.push(t);
-        }
-        cur = s.source();
-    }
-    parts.join(": ")
 }
 
 #[cfg(test)]

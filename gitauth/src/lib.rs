@@ -114,6 +114,20 @@ fn nonempty(v: Option<String>) -> Option<String> {
     v.filter(|s| !s.trim().is_empty())
 }
 
+/// An error with its chain of sources, each cause once (gitoxide nests them deeply).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let t = s.to_string();
+        if !parts.iter().any(|p| p.contains(&t)) {
+            parts.push(t);
+        }
+        cur = s.source();
+    }
+    parts.join(": ")
+}
+
 /// A one-line value (user name, password, token, ID) as stored in a Secret: without the
 /// trailing line break that `echo … > file` or `kubectl create secret --from-file` leave.
 pub fn line(value: &str) -> String {

@@ -8,7 +8,7 @@ use pulumi_operator_api::plan::{PolicyPackPlan, Source};
 use pulumi_operator_api::policy::StackPolicy;
 use sha2::Digest;
 use std::collections::HashMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// The largest copy of a pack the operator hands over: it travels in the plan Secret (1 MiB at
@@ -146,22 +146,9 @@ pub async fn hand_over(
     Ok(())
 }
 
-/// The pack's directory inside the checkout: relative, without `..`.
+/// The pack's directory inside the checkout.
 fn sub_dir(dir: Option<&str>) -> Result<PathBuf, String> {
-    let mut out = PathBuf::new();
-    for c in Path::new(dir.unwrap_or("")).components() {
-        match c {
-            Component::Normal(part) => out.push(part),
-            Component::CurDir | Component::RootDir => {}
-            Component::ParentDir | Component::Prefix(_) => {
-                return Err(format!(
-                    "its directory {:?} must stay inside the repository",
-                    dir.unwrap_or_default()
-                ))
-            }
-        }
-    }
-    Ok(out)
+    pulumi_gitauth::clone::sub_dir(dir)
 }
 
 fn fetch_and_pack(

@@ -152,7 +152,7 @@ pub fn ls_remote(
         .map_err(|e| format!("refspecs: {e}"))?;
     let flags = AuthFlags::default();
     let failed = |e: &dyn std::error::Error| {
-        let detail = chain_of(e);
+        let detail = pulumi_gitauth::error_chain(e);
         match session.explain(&flags, &detail) {
             Some(explained) => format!("ls-remote {shown}: {explained}"),
             None => session.redact(&format!("ls-remote {shown}: {detail}")),
@@ -200,19 +200,6 @@ pub fn ls_remote(
         }
     }
     Err(format!("no commits found for ref {reference:?} in {shown}").into())
-}
-
-fn chain_of(e: &dyn std::error::Error) -> String {
-    let mut parts: Vec<String> = vec![e.to_string()];
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        let t = s.to_string();
-        if !parts.iter().any(|p| p.contains(&t)) {
-            parts.push(t);
-        }
-        cur = s.source();
-    }
-    parts.join(": ")
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use crate::error::Failure;
 use crate::plan::{project_info, Layout};
 use crate::report::{log, succeeded};
 use pulumi_operator_api::plan::{RunPlan, RunResult, Source};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 /// Fetches the plan's source; returns the result to report.
 pub fn fetch(plan: &RunPlan, layout: &Layout) -> Result<RunResult, Failure> {
@@ -117,20 +117,7 @@ pub fn minimal_project(name: &str, runtime: &str) -> String {
 /// The project directory inside the checkout: relative, without `..` (a leading `/` is
 /// dropped, as `ln -s /share/source/$DIR` does in PKO).
 pub fn sub_dir(dir: Option<&str>) -> Result<PathBuf, Failure> {
-    let mut out = PathBuf::new();
-    for c in Path::new(dir.unwrap_or("")).components() {
-        match c {
-            Component::Normal(part) => out.push(part),
-            Component::CurDir | Component::RootDir => {}
-            Component::ParentDir | Component::Prefix(_) => {
-                return Err(Failure::source_unavailable(format!(
-                    "the program directory {:?} must stay inside the source",
-                    dir.unwrap_or_default()
-                )))
-            }
-        }
-    }
-    Ok(out)
+    pulumi_gitauth::clone::sub_dir(dir).map_err(Failure::source_unavailable)
 }
 
 fn link_project(source_dir: &Path, sub: &Path, workspace: &Path) -> Result<(), Failure> {
