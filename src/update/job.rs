@@ -624,7 +624,7 @@ fn operator_pod_spec(update: &Update, ws: &Workspace, cfg: &JobConfig, shape: Jo
     }
     if let Some(digest) = &cfg.plan_digest {
         // Every container that reads the plan (not `bootstrap`, which only copies the runner).
-        let readers = init_containers.iter_mut().skip(1);
+        let readers = init_containers.iter_mut().filter(|c| c.name != "bootstrap");
         for c in readers.chain(std::iter::once(&mut pulumi)) {
             c.env
                 .get_or_insert_with(Vec::new)
