@@ -920,3 +920,93 @@ spec:
     drop(server);
     let _ = std::fs::remove_dir_all(root);
 }
+
+/// A tenant edits an Update's plan Secret before its pod starts (the pod waits at a scheduling
+/// gate the tenant's workspace template set) to drop the policy packs, then lets the pod go:
+/// the Job carries the digest of the plan the operator wrote, and the runner refuses the
+/// edited plan, so nothing runs without the packs.
+#[tokio::test]
+async fn a_plan_secret_edited_before_the_pod_starts_is_refused() {
+    let f = StackFixture::new("pol-plan").await;
+    prepare(&f);
+    let ns = f.ns().to_string();
+    let mut files = vec![("Pulumi.yaml".to_string(), PROGRAM.to_string())];
+    files.extend(pack_files("typescript-limits"));
+    let sha = f.repo.commit_files(&files, "program and pack");
+    kubectl(&["label", "namespace", &ns, &format!("policy-e2e={ns}")]);
+    let name = format!("{ns}-limits");
+    apply_cluster(&limits_policy(&name, &ns, &f.url(), &sha, "mandatory"));
+    let policies: Api<StackPolicy> = Api::all(f.sn.ns.client.clone());
+    wait_policy(&policies, &name, "the pack resolved", |p| {
+        ready_reason(p) == "True/Resolved"
+    })
+    .await;
+    let gated = "  workspaceTemplate:\n    spec:\n      podTemplate:\n        spec:\n          schedulingGates:\n          - name: e2e.example/hold\n";
+    f.sn.ns
+        .apply(&f.stack_yaml("gated", &format!("commit: {sha}"), gated));
+    let pod: serde_json::Value = test_support::wait_for(T, "the gated pod", || async {
+        let (ok, out, _) = kubectl_result(&[
+            "-n",
+            &ns,
+            "get",
+            "pods",
+            "-l",
+            "auto.pulumi.com/component=update",
+            "-o",
+            "json",
+        ]);
+        let list: serde_json::Value = serde_json::from_str(&out).ok().filter(|_| ok)?;
+        list["items"].as_array()?.first().cloned()
+    })
+    .await;
+    let pod_name = pod["metadata"]["name"].as_str().unwrap().to_string();
+    let update = pod["metadata"]["labels"]["auto.pulumi.com/update-name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // The tenant's edit: the same plan without its packs.
+    let secret = format!("{update}-plan");
+    let stored: serde_json::Value = serde_json::from_str(&kubectl(&[
+        "-n", &ns, "get", "secret", &secret, "-o", "json",
+    ]))
+    .unwrap();
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let text = b64
+        .decode(stored["data"]["plan.json"].as_str().unwrap())
+        .unwrap();
+    let mut plan: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    let packs = plan.as_object_mut().unwrap().remove("policyPacks");
+    assert!(packs.is_some(), "the plan listed no packs: {plan}");
+    let edited = b64.encode(serde_json::to_vec(&plan).unwrap());
+    let patch = serde_json::json!({"data": {"plan.json": edited}}).to_string();
+    kubectl(&[
+        "-n",
+        &ns,
+        "patch",
+        "secret",
+        &secret,
+        "--type=merge",
+        "-p",
+        &patch,
+    ]);
+    kubectl(&[
+        "-n",
+        &ns,
+        "patch",
+        "pod",
+        &pod_name,
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/spec/schedulingGates"}]"#,
+    ]);
+
+    let refused = test_support::wait_for(FIRST, "the Update refused", || async {
+        let out = kubectl(&["-n", &ns, "get", "update", &update, "-o", "json"]);
+        out.contains("plan Secret was changed").then_some(out)
+    })
+    .await;
+    assert!(refused.contains("\"Failed\""), "{refused}");
+    let _ = policies.delete(&name, &DeleteParams::default()).await;
+}
