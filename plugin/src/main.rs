@@ -1,0 +1,24 @@
+//! `kubectl pulumi`: a kubectl plugin for the Stacks of pulumi-operator-rs. It reads Stacks,
+//! Updates, Jobs, pods and logs, and writes annotations and `spec.suspend` on Stacks, with the
+//! user's own kubeconfig and rights; it never talks to the operator itself.
+
+mod cli;
+mod cluster;
+mod cmd;
+mod contract;
+mod view;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    match cmd::run(cli).await {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! A saved plan (a Stack with `spec.approval`), summarized: per resource, what the approved
+//! `up` would do (create, update, replace, delete) with the resource's type and name. Read
+//! from the saved plan itself (the Pulumi plan file in the Secret `<plan>-saved-plan`, all
+//! resources) or, without the right to read Secrets, from `status.approval` (at most 20).
+
+use crate::view::format::{table, Cell, Color};
+use pulumi_operator_api::{ApprovalStatus, ResourceChange};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The operations that change something, in the order they are shown.
+pub const OPERATIONS: [&str; 4] = ["create", "update", "replace", "delete"];
+
+/// One resource the plan changes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PlannedChange {
+    /// `create`, `update`, `replace` or `delete`.
+    pub operation: String,
+    /// The resource type, e.g. `kubernetes:core/v1:ConfigMap`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The resource's name in the program.
+    pub name: String,
+    /// Its URN.
+    pub urn: String,
+}
+
+/// The type and name of a resource from its URN
+/// (`urn:pulumi:<stack>::<project>::<parent$…$type>::<name>`).
+pub fn urn_parts(urn: &str) -> (String, String) {
+    let parts: Vec<&str> = urn.splitn(4, "::").collect();
+    match parts.as_slice() {
+        [_, _, qualified, name] => {
+            let kind = qualified.rsplit('$').next().unwrap_or(qualified);
+            (kind.to_string(), name.to_string())
+        }
+        _ => (String::new(), urn.to_string()),
+    }
+}
+
+/// One change from a URN and an operation.
+pub fn change(urn: &str, operation: &str) -> PlannedChange {
+    let (kind, name) = urn_parts(urn);
+    PlannedChange {
+        operation: operation.to_string(),
+        kind,
+        name,
+        urn: urn.to_string(),
+    }
+}
+
+/// The change one resource plan's steps make (`None`: it stays as it is). A replacement's
+/// steps (`create-replacement`, `delete-replaced`, ...) are one `replace`.
+fn operation_of(steps: &[&str]) -> Option<&'static str> {
+    let replace = [
+        "replace",
+        "create-replacement",
+        "delete-replaced",
+        "discard-replaced",
+    ];
+    if steps.iter().any(|s| replace.contains(s)) {
+        return Some("replace");
+    }
+    ["create", "update", "delete"]
+        .into_iter()
+        .find(|op| steps.contains(op))
+}
+
+/// The changes in a Pulumi plan file (`pulumi preview --save-plan`): its `resourcePlans`,
+/// by URN, each with the `steps` the `up` may take.
+pub fn changes_from_plan_file(text: &str) -> Result<Vec<PlannedChange>, String> {
+    let plan: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("the saved plan is not JSON: {e}"))?;
+    let Some(resources) = plan.get("resourcePlans").and_then(|r| r.as_object()) else {
+        return Ok(Vec::new());
+    };
+    let mut out: Vec<PlannedChange> = resources
+        .iter()
+        .filter_map(|(urn, rp)| {
+            let steps: Vec<&str> = rp
+                .get("steps")
+                .and_then(|s| s.as_array())
+                .map(|a| a.iter().filter_map(|s| s.as_str()).collect())
+                .unwrap_or_default();
+            operation_of(&steps).map(|op| change(urn, op))
+        })
+        .collect();
+    sort(&mut out);
+    Ok(out)
+}
+
+fn sort(changes: &mut [PlannedChange]) {
+    let rank = |op: &str| {
+        OPERATIONS
+            .iter()
+            .position(|o| *o == op)
+            .unwrap_or(OPERATIONS.len())
+    };
+    changes.sort_by(|a, b| {
+        (rank(&a.operation), &a.kind, &a.name).cmp(&(rank(&b.operation), &b.kind, &b.name))
+    });
+}
+
+/// The changes `status.approval` lists (at most 20).
+pub fn changes_from_status(resources: &[ResourceChange]) -> Vec<PlannedChange> {
+    let mut out: Vec<PlannedChange> = resources
+        .iter()
+        .map(|r| change(&r.urn, &r.operation))
+        .collect();
+    sort(&mut out);
+    out
+}
+
+/// Counts per operation.
+pub fn counts(changes: &[PlannedChange]) -> BTreeMap<String, i64> {
+    let mut out = BTreeMap::new();
+    for c in changes {
+        *out.entry(c.operation.clone()).or_insert(0) += 1;
+    }
+    out
+}
+
+/// `2 to create, 1 to delete` (nothing: `no changes`).
+pub fn count_line(counts: &BTreeMap<String, i64>) -> String {
+    let parts: Vec<String> = OPERATIONS
+        .iter()
+        .filter_map(|op| {
+            counts
+                .get(*op)
+                .filter(|n| **n > 0)
+                .map(|n| format!("{n} to {op}"))
+        })
+        .collect();
+    if parts.is_empty() {
+        "no changes".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// A plan as `kubectl pulumi plan` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanView {
+    /// The Stack.
+    pub stack: String,
+    /// The Stack's namespace.
+    pub namespace: String,
+    /// The plan's id (the preview Update's name): what `approve --plan` takes.
+    pub plan: String,
+    /// `AwaitingApproval`, `Applying` or `Applied`.
+    pub state: String,
+    /// When it was saved (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub planned_time: Option<String>,
+    /// The source revision it was made for.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub revision: String,
+    /// The Stack generation it was made for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// How many resources it creates, updates, replaces and deletes.
+    pub counts: BTreeMap<String, i64>,
+    /// The resources it changes.
+    pub changes: Vec<PlannedChange>,
+    /// Whether `changes` is every change (read from the saved plan) or the first ones the
+    /// status lists.
+    pub complete: bool,
+    /// The last approval that was refused (it named another plan).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub refused: String,
+}
+
+/// The plan view from `status.approval`, with the saved plan's changes when they could be read.
+pub fn plan_view(
+    stack: &str,
+    namespace: &str,
+    approval: &ApprovalStatus,
+    from_file: Option<Vec<PlannedChange>>,
+) -> PlanView {
+    let complete = from_file.is_some();
+    let changes = from_file.unwrap_or_else(|| changes_from_status(&approval.resources));
+    let counts = if complete || approval.changes.is_empty() {
+        counts(&changes)
+    } else {
+        approval.changes.clone()
+    };
+    PlanView {
+        stack: stack.to_string(),
+        namespace: namespace.to_string(),
+        plan: approval.plan.clone().unwrap_or_default(),
+        state: approval
+            .state
+            .as_ref()
+            .map(|s| s.to_string())
+            .unwrap_or_default(),
+        planned_time: approval.planned_time.as_ref().map(|t| t.0.to_string()),
+        revision: approval.revision.clone().unwrap_or_default(),
+        generation: approval.generation,
+        counts,
+        changes,
+        complete,
+        refused: approval.refused.clone().unwrap_or_default(),
+    }
+}
+
+fn op_color(op: &str) -> Option<Color> {
+    match op {
+        "create" => Some(Color::Green),
+        "update" | "replace" => Some(Color::Yellow),
+        "delete" => Some(Color::Red),
+        _ => None,
+    }
+}
+
+/// The plan as text: what it is, its counts, one line per resource, and what to run next.
+pub fn render(view: &PlanView, color: bool) -> String {
+    let mut out = format!("Stack:     {}/{}\n", view.namespace, view.stack);
+    out.push_str(&format!("Plan:      {}\n", view.plan));
+    out.push_str(&format!("State:     {}\n", view.state));
+    if let Some(t) = &view.planned_time {
+        out.push_str(&format!("Planned:   {t}\n"));
+    }
+    if !view.revision.is_empty() {
+        out.push_str(&format!("Revision:  {}\n", view.revision));
+    }
+    out.push_str(&format!("Changes:   {}\n", count_line(&view.counts)));
+    if !view.refused.is_empty() {
+        out.push_str(&format!(
+            "Refused:   an approval of {:?} (not this plan)\n",
+            view.refused
+        ));
+    }
+    if !view.changes.is_empty() {
+        out.push('\n');
+        let rows: Vec<Vec<Cell>> = view
+            .changes
+            .iter()
+            .map(|c| {
+                vec![
+                    Cell::colored(&c.operation, op_color(&c.operation)),
+                    Cell::plain(&c.kind),
+                    Cell::plain(&c.name),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&["OPERATION", "TYPE", "NAME"], &rows, color));
+    }
+    let listed: i64 = view.changes.len() as i64;
+    let total: i64 = OPERATIONS.iter().filter_map(|o| view.counts.get(*o)).sum();
+    if !view.complete && listed < total {
+        out.push_str(&format!(
+            "(the first {listed} of {total} changes, from the Stack's status: reading the saved plan \
+             Secret {} needs `get secrets`)\n",
+            crate::contract::saved_plan_secret_name(&view.plan)
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const URN: &str = "urn:pulumi:dev::e2e::kubernetes:core/v1:ConfigMap::settings";
+
+    #[test]
+    fn urns_split_into_type_and_name() {
+        assert_eq!(
+            urn_parts(URN),
+            ("kubernetes:core/v1:ConfigMap".into(), "settings".into())
+        );
+        assert_eq!(
+            urn_parts("urn:pulumi:dev::p::my:comp:Comp$standin:index:Record::a::b"),
+            ("standin:index:Record".into(), "a::b".into())
+        );
+        assert_eq!(urn_parts("not-a-urn"), (String::new(), "not-a-urn".into()));
+    }
+
+    #[test]
+    fn a_plan_file_gives_one_change_per_resource() {
+        let plan = json!({
+            "manifest": {"time": "2026-01-01T00:00:00Z"},
+            "resourcePlans": {
+                URN: {"steps": ["create"], "goal": {}},
+                "urn:pulumi:dev::e2e::standin:index:Record::kept": {"steps": ["same"]},
+                "urn:pulumi:dev::e2e::standin:index:Record::gone": {"steps": ["delete"]},
+                "urn:pulumi:dev::e2e::standin:index:Record::swap": {"steps": ["create-replacement", "replace", "delete-replaced"]},
+                "urn:pulumi:dev::e2e::standin:index:Record::edit": {"steps": ["update"]},
+                "urn:pulumi:dev::e2e::standin:index:Record::read": {"steps": ["read"]},
+            }
+        });
+        let changes = changes_from_plan_file(&plan.to_string()).expect("parses");
+        let summary: Vec<(&str, &str)> = changes
+            .iter()
+            .map(|c| (c.operation.as_str(), c.name.as_str()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("create", "settings"),
+                ("update", "edit"),
+                ("replace", "swap"),
+                ("delete", "gone")
+            ]
+        );
+        assert_eq!(
+            count_line(&counts(&changes)),
+            "1 to create, 1 to update, 1 to replace, 1 to delete"
+        );
+        assert!(changes_from_plan_file("{}").expect("empty").is_empty());
+        assert!(changes_from_plan_file("nope").is_err());
+    }
+
+    fn approval() -> ApprovalStatus {
+        serde_json::from_value(json!({
+            "plan": "app-plan-abc", "state": "AwaitingApproval", "revision": "0123abcd",
+            "plannedTime": "2026-01-01T00:00:00Z", "generation": 2,
+            "changes": {"create": 25, "same": 3},
+            "resources": [{"urn": URN, "operation": "create"}],
+        }))
+        .expect("approval")
+    }
+
+    #[test]
+    fn from_status_the_list_is_partial_and_says_so() {
+        let view = plan_view("app", "team", &approval(), None);
+        assert!(!view.complete);
+        assert_eq!(view.counts["create"], 25);
+        let text = render(&view, false);
+        assert!(text.contains("Plan:      app-plan-abc\n"), "{text}");
+        assert!(text.contains("Changes:   25 to create\n"), "{text}");
+        assert!(
+            text.contains("create      kubernetes:core/v1:ConfigMap   settings\n"),
+            "{text}"
+        );
+        assert!(text.contains("the first 1 of 25 changes"), "{text}");
+        assert!(text.contains("app-plan-abc-saved-plan"), "{text}");
+    }
+
+    #[test]
+    fn from_the_saved_plan_the_list_is_complete() {
+        let file = vec![change(URN, "create"), change(URN, "delete")];
+        let view = plan_view("app", "team", &approval(), Some(file));
+        assert!(view.complete);
+        assert_eq!(count_line(&view.counts), "1 to create, 1 to delete");
+        let text = render(&view, false);
+        assert!(!text.contains("the first"), "{text}");
+        let json = serde_json::to_value(&view).expect("json");
+        assert_eq!(json["changes"][1]["type"], "kubernetes:core/v1:ConfigMap");
+        assert_eq!(json["plan"], "app-plan-abc");
+    }
+}
