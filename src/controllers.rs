@@ -5,6 +5,7 @@
 use crate::runtime::cached::{CachedJob, CachedPod};
 use crate::runtime::context::{Context, Stores};
 use crate::runtime::index;
+use crate::runtime::metrics::fleet::FleetSource;
 use crate::runtime::turns::{error_policy, instrumented};
 use crate::runtime::watch::{api, Running, SharedWatch};
 use crate::{policy, program, stack, update, workspace};
@@ -20,7 +21,6 @@ use pulumi_operator_api::names;
 use pulumi_operator_api::policy::StackPolicy;
 use pulumi_operator_api::{Program, Stack, Update, Workspace};
 use std::sync::Arc;
-use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -43,37 +43,25 @@ pub async fn run(scope: Scope, shutdown: CancellationToken) {
         namespaces.into_iter().map(Some).collect()
     };
     let mut all = Vec::new();
-    let mut stack_stores = Vec::new();
-    let mut program_stores = Vec::new();
+    let mut fleet = FleetSource::default();
     let mut cluster = ClusterWatches::new(&scope.client, scope.streaming_lists);
     for ns in scopes {
-        let (futures, stacks, programs) =
-            run_in(&scope, ns.as_deref(), &mut cluster, shutdown.clone());
+        let (futures, caches) = run_in(&scope, ns.as_deref(), &mut cluster, shutdown.clone());
         all.extend(futures);
-        stack_stores.push(stacks);
-        program_stores.push(programs);
+        fleet.stacks.extend(caches.stacks);
+        fleet.programs.extend(caches.programs);
+        fleet.updates.extend(caches.updates);
     }
     all.push(policy_controller(
         &mut cluster,
         &scope,
-        stack_stores.clone(),
+        fleet.stacks.clone(),
         &shutdown,
     ));
     all.push(cluster.drive(shutdown.clone()));
-    // stacks_active and programs_active follow the watch caches.
-    let metrics = scope.metrics.clone();
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        while !stop.is_cancelled() {
-            metrics
-                .stacks_active
-                .set(stack_stores.iter().map(|s| s.state().len() as i64).sum());
-            metrics
-                .programs_active
-                .set(program_stores.iter().map(|s| s.state().len() as i64).sum());
-            tokio::time::sleep(Duration::from_secs(5)).await;
-        }
-    });
+    // The fleet's metrics (stacks_active, Stacks by state, ...) are read from the caches at
+    // each scrape, and `pulumi_operator_leader` is 1, until this ends or is dropped.
+    let _leading = scope.metrics.lead(fleet);
     futures::future::join_all(all).await;
 }
 
@@ -266,14 +254,13 @@ impl Watches {
     }
 }
 
-/// The controllers of one namespace (or all), and the Stack and Program caches the
-/// fleet-wide gauges read.
+/// The controllers of one namespace (or all), and the caches the fleet's metrics read.
 fn run_in(
     scope: &Scope,
     ns: Option<&str>,
     cluster: &mut ClusterWatches,
     shutdown: CancellationToken,
-) -> (Vec<Running>, Store<Stack>, Store<Program>) {
+) -> (Vec<Running>, FleetSource) {
     let mut watches = Watches::new(&scope.client, ns, scope.streaming_lists);
     let ctx = Arc::new(Context::new(
         scope.client.clone(),
@@ -304,9 +291,13 @@ fn run_in(
         }
     }
     .boxed();
-    let (stacks, programs) = (watches.stacks.store(), watches.programs.store());
+    let caches = FleetSource {
+        stacks: vec![watches.stacks.store()],
+        programs: vec![watches.programs.store()],
+        updates: vec![watches.updates.store()],
+    };
     // The watch drivers end with the controllers.
-    (vec![controllers, watches.drive(shutdown)], stacks, programs)
+    (vec![controllers, watches.drive(shutdown)], caches)
 }
 
 /// No limit here: every scheduled reconcile waits for its turn at its controller's gate, first
@@ -731,6 +722,7 @@ async fn cancelled(token: CancellationToken) {
 mod tests {
     use super::*;
     use kube::runtime::reflector;
+    use std::time::Duration;
 
     #[tokio::test]
     async fn what_is_kept_about_a_gone_object_is_forgotten() {

@@ -162,9 +162,11 @@ where
     let lane = obj.lane();
     let object = ObjectRef::from_obj(obj.as_ref());
     drop(obj);
+    let waiting = ctx.metrics.reconcile_waiting(controller);
     let Some(turn) = ctx.gates.of(controller).enter(lane).await else {
         return Ok(Action::await_change()); // shutting down
     };
+    drop(waiting);
     Box::pin(run_turn(controller, object, ctx, f, turn)).await
 }
 

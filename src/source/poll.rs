@@ -13,7 +13,7 @@
 //! Only real calls are counted in `pulumi_operator_git_ls_remote_total{result}`.
 
 use super::pool::{host_of, Cancel, Limits, Pool};
-use crate::runtime::metrics::{Metrics, ResultLabels};
+use crate::runtime::metrics::Metrics;
 use crate::source::RemoteError;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -247,17 +247,13 @@ impl Poller {
                 let inner = self.inner.clone();
                 tokio::spawn(async move {
                     let shown = pulumi_gitauth::redact::urls(&key.url);
+                    let started = Instant::now();
                     let result = match inner.pool.run(&host_of(&key.url), call).await {
                         Ok(r) => r,
                         Err(e) => Err(format!("ls-remote {shown}: {e}").into()),
                     };
                     if let Some(m) = metrics {
-                        let label = if result.is_ok() { "success" } else { "failure" };
-                        m.git_ls_remote
-                            .get_or_create(&ResultLabels {
-                                result: label.into(),
-                            })
-                            .inc();
+                        m.git_ls_remote_done(result.is_ok(), started.elapsed());
                     }
                     if let Err(e) = &result {
                         debug!(repository = %shown, reference = %key.reference, "ls-remote failed: {e}");
