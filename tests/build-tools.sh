@@ -11,6 +11,8 @@
 #   kubernetes-provider  the real Pulumi Kubernetes provider (its own build.sh)
 #   seaweedfs            SeaweedFS's `weed`, a real S3 server (state backends in s3://)
 #   helm                 Helm (for the chart's tests)
+#   prometheus           Prometheus's `prometheus` and `promtool` (the alerting rules' and the
+#                        dashboard's tests; its own build.sh)
 # Each module is built once into a cache directory keyed by a hash of its pinned files (so a
 # version change rebuilds that module only, and nothing rebuilds otherwise); the tools directory
 # holds links to every module's binaries.
@@ -48,6 +50,7 @@ MODULES=(
   "langhost-go github.com/pulumi/pulumi/sdk/v3/go/pulumi-language-go"
   "seaweedfs github.com/seaweedfs/seaweedfs/weed"
   "helm helm.sh/helm/v3/cmd/helm"
+  "prometheus - prometheus promtool"
 )
 
 module_key() { # dir → hash of the module's pinned files and sources
