@@ -372,3 +372,13 @@ pub struct ResourceChange {
     /// `create`, `update`, `replace` or `delete`.
     pub operation: String,
 }
+
+/// `sha256:<hex>` of `bytes`.
+pub fn sha256_digest(bytes: &[u8]) -> String {
+    let hex: String = ring::digest::digest(&ring::digest::SHA256, bytes)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256:{hex}")
+}

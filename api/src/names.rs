@@ -107,6 +107,14 @@ pub const CONDITION_READY: &str = "Ready";
 pub const CONDITION_RECONCILING: &str = "Reconciling";
 /// Stack/Workspace condition: no progress without outside help (kstatus).
 pub const CONDITION_STALLED: &str = "Stalled";
+/// Stack condition (extension): `spec.suspend` is true; no new operation starts. Absent
+/// when the Stack is not suspended.
+pub const CONDITION_SUSPENDED: &str = "Suspended";
+/// Reason of `Suspended=True`, of `Ready=False` on a suspended Stack with nothing good to
+/// show, and of the Normal Event when a Stack is suspended.
+pub const REASON_SUSPENDED: &str = "Suspended";
+/// The Normal Event when a suspended Stack is resumed.
+pub const EVENT_RESUMED: &str = "Resumed";
 /// Update condition: the operation is running.
 pub const CONDITION_PROGRESSING: &str = "Progressing";
 /// Update condition: the operation has finished (successfully or not).

@@ -29,12 +29,7 @@ pub const PLAN_DIGEST_ENV: &str = "PULUMI_OPERATOR_PLAN_DIGEST";
 
 /// The digest of a plan's text as stored in its Secret: `sha256:<hex>`.
 pub fn plan_digest(text: &[u8]) -> String {
-    let hex: String = ring::digest::digest(&ring::digest::SHA256, text)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("sha256:{hex}")
+    crate::common::sha256_digest(text)
 }
 /// Where a Program's rendered Pulumi.yaml is mounted (from the ConfigMap `<update>-program`).
 pub const PROGRAM_DIR: &str = "/var/run/pulumi-operator/program";

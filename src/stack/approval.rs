@@ -11,7 +11,7 @@
 
 use crate::stack::objects::{
     build_update, short_hash, TRIGGER_GENERATION_ANNOTATION, TRIGGER_REQUEST_ANNOTATION,
-    TRIGGER_REVISION_ANNOTATION,
+    TRIGGER_REVISION_ANNOTATION, TRIGGER_SPEC_DIGEST_ANNOTATION,
 };
 pub use crate::update::plan::{
     applied_plan, saves_plan, APPLIES_PLAN_ANNOTATION, SAVES_PLAN_ANNOTATION,
@@ -249,6 +249,7 @@ pub fn absorb_plan(status: &mut StackStatus, update: &Update, now: &Time) -> Str
         resources: result.changes.clone(),
         refused: None,
         last_applied,
+        spec_digest: get(TRIGGER_SPEC_DIGEST_ANNOTATION),
     }));
     name
 }

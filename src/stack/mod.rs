@@ -1,7 +1,8 @@
 //! The Stack controller. `reconcile` (talks to the API server) reads what a Stack references,
 //! resolves its program source (`source`), decides (`decide`, `inflight`, `drift`, `window`,
-//! `approval`, `prereq`, `references`), creates its Workspace and Updates (`objects`) and
-//! writes its status (`status`); everything but `reconcile` and `source` is pure.
+//! `approval`, `prereq`, `references`, `suspend`), creates its Workspace and Updates
+//! (`objects`) and writes its status (`status`); everything but `reconcile` and `source` is
+//! pure.
 pub mod approval;
 #[cfg(test)]
 mod blackhole_tests;
@@ -15,4 +16,5 @@ pub mod reconcile;
 pub mod references;
 pub mod source;
 pub mod status;
+pub mod suspend;
 pub mod window;

@@ -28,6 +28,8 @@ use crate::update::annotations::{
 pub const TRIGGER_GENERATION_ANNOTATION: &str = "pulumi.com/stack-generation";
 pub const TRIGGER_REQUEST_ANNOTATION: &str = "pulumi.com/stack-reconcile-request";
 pub const TRIGGER_REVISION_ANNOTATION: &str = "pulumi.com/stack-revision";
+/// The digest of the spec an Update runs for (`StackSpec::digest`, `suspend` left out).
+pub const TRIGGER_SPEC_DIGEST_ANNOTATION: &str = "pulumi.com/stack-spec-digest";
 
 const CONFIGMAP_MOUNT_ROOT: &str = "/var/run/configmaps/stacks.pulumi.com/configmaps";
 const SECRET_MOUNT_ROOT: &str = "/var/run/secrets/stacks.pulumi.com/secrets";
@@ -568,6 +570,7 @@ fn update_annotations(
             TRIGGER_REVISION_ANNOTATION.to_string(),
             revision.to_string(),
         ),
+        (TRIGGER_SPEC_DIGEST_ANNOTATION.to_string(), spec.digest()),
     ]);
     let flags = [
         (RETRY_ON_CONFLICT_ANNOTATION, spec.retry_on_update_conflict),

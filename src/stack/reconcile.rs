@@ -28,6 +28,7 @@ use crate::stack::policy_check;
 use crate::stack::prereq;
 use crate::stack::source::{self, ResolveError, Resolved};
 use crate::stack::status::{self, absorb, mark_reconciling, mark_result, mark_stalled};
+use crate::stack::suspend::{self, Transition};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -175,6 +176,7 @@ pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
         // add a round trip before the first operation.
         pass.add_finalizer().await?;
     }
+    pass.mark_suspension().await;
     if let Some(action) = pass.validate().await? {
         return pass.finish(action).await;
     }
@@ -187,6 +189,11 @@ pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
         pass.save().await?;
         pass.release_and_remove_finalizer().await?;
         return Ok(Action::await_change());
+    }
+    if stack.spec.suspend && !pass.deleting {
+        // Before the source is read: a suspended Stack does not track its branch either.
+        let action = pass.suspended();
+        return pass.finish(action).await;
     }
     let source = match pass.resolve_source().await {
         Ok(s) => s,
@@ -228,6 +235,7 @@ impl<'a> Pass<'a> {
         let mut status = written.clone();
         status.observed_generation = Some(generation);
         status.observed_reconcile_request = Some(request.clone());
+        suspend::carry_forward(&mut status, generation, &stack.spec.digest());
         Ok(Pass {
             stack,
             ctx,
@@ -248,6 +256,40 @@ impl<'a> Pass<'a> {
             saved_plan: None,
             refused_approval: None,
         })
+    }
+
+    // ---- suspend ---------------------------------------------------------------------
+
+    /// `Suspended` as the spec says, with an Event when that changes (not while deleting:
+    /// a deleted Stack is destroyed, suspended or not).
+    async fn mark_suspension(&mut self) {
+        if self.deleting {
+            return;
+        }
+        let suspended = self.stack.spec.suspend;
+        match suspend::mark(&mut self.status, suspended, self.generation, &self.now) {
+            Some(Transition::Suspended) => {
+                info!("suspended: no new operation starts");
+                let note = suspend::SUSPENDED_MESSAGE.to_string();
+                self.publish(EventType::Normal, names::REASON_SUSPENDED, note)
+                    .await;
+            }
+            Some(Transition::Resumed) => {
+                info!("resumed");
+                let note = "spec.suspend is false: operations start again as they fall due";
+                self.publish(EventType::Normal, names::EVENT_RESUMED, note.into())
+                    .await;
+            }
+            None => {}
+        }
+    }
+
+    /// A suspended Stack with nothing in flight runs nothing: its conditions show the last
+    /// result, and its sync request stays unobserved (the resume handles it).
+    fn suspended(&mut self) -> Action {
+        self.status.observed_reconcile_request = self.written.observed_reconcile_request.clone();
+        suspend::fold_idle(&mut self.status, self.generation, &self.request, &self.now);
+        Action::await_change()
     }
 
     // ---- phase 2: validate ------------------------------------------------------------

@@ -1,9 +1,11 @@
 //! Stack status, as PKO writes it: folding a finished Update into `lastUpdate` and `outputs`,
 //! and the Ready / Reconciling / Stalled conditions (pko-reference §2).
 
+use crate::stack::objects::TRIGGER_SPEC_DIGEST_ANNOTATION;
 use crate::update::status::{update_condition, update_failed};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::ByteString;
+use kube::ResourceExt;
 use pulumi_operator_api::names;
 use pulumi_operator_api::{
     StackStatus, StackUpdateState, StackUpdateStateMessage, Update, UpdateType,
@@ -120,6 +122,31 @@ pub fn mark_reconciling(
         now,
     );
     set(c, vec![ready, rec], &[names::CONDITION_STALLED]);
+}
+
+/// `Ready=False` with `reason`; Reconciling and Stalled removed: not ready, and nothing in
+/// progress (a suspended Stack).
+pub fn mark_not_ready(
+    status: &mut StackStatus,
+    reason: &str,
+    message: &str,
+    generation: i64,
+    now: &Time,
+) {
+    let c = status.conditions.get_or_insert_with(Vec::new);
+    let ready = condition(
+        names::CONDITION_READY,
+        false,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    set(
+        c,
+        vec![ready],
+        &[names::CONDITION_RECONCILING, names::CONDITION_STALLED],
+    );
 }
 
 /// `Stalled=True` with `reason`; Ready=False NotReadyStalled; Reconciling removed.
@@ -268,6 +295,10 @@ pub fn absorb(
         last_attempted_commit: Some(commit.clone()),
         permalink: update_status.permalink.clone().filter(|p| !p.is_empty()),
         last_resync_time: Some(now.clone()),
+        spec_digest: update
+            .annotations()
+            .get(TRIGGER_SPEC_DIGEST_ANNOTATION)
+            .cloned(),
         ..Default::default()
     };
     if update_failed(update) {
