@@ -139,6 +139,7 @@ impl Default for Metrics {
         registry.register_collector(Box::new(m.fleet.clone()));
         registry.register_collector(Box::new(process::ProcessCollector));
         register_operator_metrics(registry.sub_registry_with_prefix("pulumi_operator"), &m);
+        m.start_known_counters();
         Metrics { registry, ..m }
     }
 }
@@ -219,7 +220,41 @@ fn register_git_and_leader(ours: &mut Registry, m: &Metrics) {
     );
 }
 
+/// The controllers, as their reconciles are labelled.
+const CONTROLLERS: [&str; 4] = ["stack", "update", "workspace", "program"];
+
 impl Metrics {
+    /// Counters with known labels start at 0, so that a rate or an increase over them is 0, not
+    /// "no data", before the first event (and an alert on them can tell "none" from "unknown").
+    fn start_known_counters(&self) {
+        for kind in ["preview", "up", "destroy", "refresh"] {
+            for result in ["succeeded", "failed"] {
+                let _ = self.updates.get_or_create(&UpdateLabels {
+                    r#type: kind.into(),
+                    result: result.into(),
+                });
+            }
+        }
+        for level in ["mandatory", "advisory"] {
+            let _ = self.policy_violations.get_or_create(&LevelLabels {
+                level: level.into(),
+            });
+        }
+        for result in ["success", "failure"] {
+            let _ = self.git_ls_remote.get_or_create(&ResultLabels {
+                result: result.into(),
+            });
+        }
+        for controller in CONTROLLERS {
+            let labels = ControllerLabels {
+                controller: controller.into(),
+            };
+            let _ = self.reconcile_errors.get_or_create(&labels);
+            let _ = self.reconciles_in_progress.get_or_create(&labels);
+            let _ = self.reconciles_waiting.get_or_create(&labels);
+        }
+    }
+
     /// Removes the series of a Stack that is gone.
     pub fn forget_stack(&self, namespace: &str, name: &str) {
         let labels = StackLabels {
@@ -392,6 +427,11 @@ mod tests {
             "pulumi_operator_leader 0",
             "pulumi_operator_build_info{version=",
             "pulumi_operator_git_ls_remote_last_success_timestamp_seconds 0",
+            // Known labels start at 0.
+            "pulumi_operator_updates_total{type=\"up\",result=\"failed\"} 0",
+            "pulumi_operator_policy_violations_total{level=\"advisory\"} 0",
+            "pulumi_operator_git_ls_remote_total{result=\"failure\"} 0",
+            "pulumi_operator_reconcile_errors_total{controller=\"update\"} 0",
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }
