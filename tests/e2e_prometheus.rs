@@ -5,7 +5,7 @@
 //! Prometheus's own API reports PulumiStackFailing and PulumiStackStalled firing for it, with
 //! their annotations, while the operator's alerts stay quiet. Then every query of the Grafana
 //! dashboard, as Grafana sends it, is valid and returns data, with a Stack that tracks a branch
-//! (ls-remote, drift detection) and one whose operation is still running.
+//! (ls-remote, drift detection), one whose operation is still running, and a suspended one.
 
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -305,6 +305,10 @@ async fn prometheus_fires_the_stall_alert_and_answers_every_dashboard_query() {
             .replace("stack: dev", "stack: slow"),
     );
 
+    // A suspended Stack (spec.suspend) is counted as such.
+    f.sn.ns
+        .apply(&f.stack_yaml("paused", "branch: main", "  suspend: true\n"));
+
     f.wait_stack_for(
         Duration::from_secs(300),
         "broken",
@@ -350,6 +354,20 @@ async fn prometheus_fires_the_stall_alert_and_answers_every_dashboard_query() {
             "{quiet} must not be pending or firing"
         );
     }
+
+    until_series(
+        &p,
+        &format!(
+            "pulumi_operator_stack_state{{namespace=\"{ns}\",name=\"paused\",state=\"suspended\"}}"
+        ),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(
+        !p.series("pulumi_operator_stacks{state=\"suspended\"} >= 1")
+            .is_empty(),
+        "the suspended Stack in pulumi_operator_stacks"
+    );
 
     every_dashboard_query_returns_data(&p, &f).await;
 }

@@ -55,9 +55,6 @@ impl StackState {
     }
 }
 
-/// The condition type a suspended Stack carries (`spec.suspend`), status `True`.
-const CONDITION_SUSPENDED: &str = "Suspended";
-
 /// A Stack's state, first match wins: `Suspended=True`; `Stalled=True` (no progress without
 /// help); `Ready=True`; failing (its last operation failed and it retries); else reconciling
 /// (an operation is due or running, or the Stack is new).
@@ -74,7 +71,7 @@ pub fn stack_state(stack: &Stack) -> StackState {
     };
     let failed = status.last_update.as_ref().and_then(|l| l.state.as_ref())
         == Some(&StackUpdateStateMessage::Failed);
-    if holds(CONDITION_SUSPENDED) {
+    if holds(names::CONDITION_SUSPENDED) {
         StackState::Suspended
     } else if holds(names::CONDITION_STALLED) {
         StackState::Stalled
