@@ -159,9 +159,14 @@ fn container_state(s: &ContainerStatus) -> (String, String) {
     };
     if let Some(t) = &state.terminated {
         let reason = t.reason.clone().unwrap_or_default();
+        // A successful container's termination message is the runner's report: noise here.
+        let message = match t.exit_code {
+            0 => String::new(),
+            _ => t.message.clone().unwrap_or_default(),
+        };
         return (
             format!("Terminated {reason} (exit {})", t.exit_code),
-            t.message.clone().unwrap_or_default(),
+            message,
         );
     }
     if let Some(w) = &state.waiting {

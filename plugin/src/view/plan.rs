@@ -66,6 +66,12 @@ fn operation_of(steps: &[&str]) -> Option<&'static str> {
         .find(|op| steps.contains(op))
 }
 
+/// A provider Pulumi creates by itself (`pulumi:providers:<pkg>::default[_<version>]`): the
+/// plan lists it, Pulumi's preview (and so the operator's counts) does not.
+fn is_default_provider(c: &PlannedChange) -> bool {
+    c.kind.starts_with("pulumi:providers:") && c.name.starts_with("default")
+}
+
 /// The changes in a Pulumi plan file (`pulumi preview --save-plan`): its `resourcePlans`,
 /// by URN, each with the `steps` the `up` may take.
 pub fn changes_from_plan_file(text: &str) -> Result<Vec<PlannedChange>, String> {
@@ -84,6 +90,7 @@ pub fn changes_from_plan_file(text: &str) -> Result<Vec<PlannedChange>, String> 
                 .unwrap_or_default();
             operation_of(&steps).map(|op| change(urn, op))
         })
+        .filter(|c| !is_default_provider(c))
         .collect();
     sort(&mut out);
     Ok(out)
@@ -289,6 +296,8 @@ mod tests {
                 "urn:pulumi:dev::e2e::standin:index:Record::swap": {"steps": ["create-replacement", "replace", "delete-replaced"]},
                 "urn:pulumi:dev::e2e::standin:index:Record::edit": {"steps": ["update"]},
                 "urn:pulumi:dev::e2e::standin:index:Record::read": {"steps": ["read"]},
+                "urn:pulumi:dev::e2e::pulumi:providers:standin::default": {"steps": ["create"]},
+                "urn:pulumi:dev::e2e::pulumi:providers:aws::mine": {"steps": ["create"]},
             }
         });
         let changes = changes_from_plan_file(&plan.to_string()).expect("parses");
@@ -300,6 +309,7 @@ mod tests {
             summary,
             [
                 ("create", "settings"),
+                ("create", "mine"),
                 ("update", "edit"),
                 ("replace", "swap"),
                 ("delete", "gone")
@@ -307,7 +317,7 @@ mod tests {
         );
         assert_eq!(
             count_line(&counts(&changes)),
-            "1 to create, 1 to update, 1 to replace, 1 to delete"
+            "2 to create, 1 to update, 1 to replace, 1 to delete"
         );
         assert!(changes_from_plan_file("{}").expect("empty").is_empty());
         assert!(changes_from_plan_file("nope").is_err());

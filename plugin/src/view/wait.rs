@@ -86,33 +86,31 @@ fn awaiting_plan(stack: &Stack, request: &str) -> Option<Progress> {
 /// finished (or a gated Stack's plan for it waits for approval), or the Stack cannot run it.
 pub fn reconcile_progress(viewed: &Viewed, request: &str) -> Progress {
     let stack = &viewed.stack;
-    let Some(status) = stack.status.as_ref() else {
-        return Progress::Waiting("waiting for the operator to process the Stack".into());
-    };
-    if status.observed_reconcile_request.as_deref() != Some(request) {
-        return Progress::Waiting("waiting for the operator to see the request".into());
-    }
+    let status = stack.status.clone().unwrap_or_default();
     let current = status.current_update.as_ref();
-    let handled = status
+    let last_request = status
         .last_update
         .as_ref()
-        .and_then(|l| l.reconcile_request.as_deref())
-        == Some(request);
-    if handled && current.is_none() {
-        let (ok, message) = last_result(status);
+        .and_then(|l| l.reconcile_request.as_deref());
+    if last_request == Some(request) && current.is_none() {
+        let (ok, message) = last_result(&status);
         return done(ok, message);
+    }
+    let runs_it = current.is_some_and(|c| c.reconcile_request.as_deref() == Some(request));
+    if viewed.suspended && !runs_it {
+        let name = stack.name_any();
+        return done(false, format!(
+            "the Stack is suspended: nothing runs until it is resumed (`kubectl pulumi resume {name}`), \
+             then the request is handled"
+        ));
+    }
+    if status.observed_reconcile_request.as_deref() != Some(request) {
+        return Progress::Waiting("waiting for the operator to see the request".into());
     }
     if let Some(c) = current {
         return Progress::Waiting(format!(
             "operation {} runs",
             c.name.as_deref().unwrap_or("?")
-        ));
-    }
-    if viewed.suspended {
-        let name = stack.name_any();
-        return done(false, format!(
-            "the Stack is suspended: nothing runs until it is resumed (`kubectl pulumi resume {name}`), \
-             then the request is handled"
         ));
     }
     if let Some(p) = awaiting_plan(stack, request) {
@@ -218,7 +216,7 @@ mod tests {
 
     #[test]
     fn a_request_that_cannot_run_ends_the_wait() {
-        let suspended = viewed(json!({"observedReconcileRequest": "r1"}), true);
+        let suspended = viewed(json!({"observedReconcileRequest": "old"}), true);
         let Progress::Done { ok, message } = reconcile_progress(&suspended, "r1") else {
             panic!()
         };
