@@ -228,6 +228,29 @@ async fn read_commands_show_a_deployed_stack() {
         .out
         .contains("password   [secret]"));
 
+    // The kubeconfig and context named on the command line, without $KUBECONFIG.
+    let context = kubectl(&["config", "current-context"]).trim().to_string();
+    let explicit = Command::new(plugin_binary())
+        .args([
+            "--kubeconfig",
+            &kubeconfig(),
+            "--context",
+            &context,
+            "-n",
+            ns,
+            "get",
+            "app",
+        ])
+        .env_remove("KUBECONFIG")
+        .env("HOME", std::env::temp_dir())
+        .output()
+        .expect("run kubectl-pulumi");
+    assert!(
+        explicit.status.success() && String::from_utf8_lossy(&explicit.stdout).contains("Ready"),
+        "{}",
+        String::from_utf8_lossy(&explicit.stderr)
+    );
+
     let bash = ok(ns, &["completion", "bash"]);
     assert!(bash.out.contains("kubectl-pulumi"), "{bash}");
     for command in [
@@ -584,6 +607,36 @@ async fn approve_refuses_a_plan_replaced_by_a_new_commit() {
     assert!(
         history.out.contains(&format!("applies {second}")),
         "{history}"
+    );
+
+    // A change, then `reconcile`: the run it asks for is a plan, which waits (exit 0); `approve`
+    // without --plan shows that plan and applies it.
+    let v3 = f
+        .repo
+        .commit(&[("Pulumi.yaml", &records(&["alpha", "delta"]))], "v3");
+    f.sn.ns
+        .apply(&f.stack_yaml("app", &format!("commit: {v3}"), gated));
+    let third = f
+        .wait_stack("app", "a plan for v3", |s| {
+            pending(s).is_some_and(|p| p != second)
+        })
+        .await;
+    let third = pending(&third).unwrap_or_default();
+    let reconciled = ok(ns, &["reconcile", "app", "--timeout", "3m"]);
+    assert!(reconciled.out.contains("awaits approval"), "{reconciled}");
+    let fourth = pending(&f.stack("app").await).unwrap_or_default();
+    assert_ne!(fourth, third, "the request made a plan of its own");
+    assert!(reconciled.out.contains(&fourth), "{reconciled}");
+    let approved = ok(ns, &["approve", "app", "--timeout", "3m"]);
+    assert!(
+        approved.out.contains(&format!("Plan:      {fourth}")) && approved.out.contains("delta"),
+        "{approved}"
+    );
+    assert!(
+        approved
+            .out
+            .contains(&format!("the plan {fourth} was applied: up")),
+        "{approved}"
     );
 }
 
