@@ -134,6 +134,15 @@ async fn a_suspended_stack_starts_nothing_until_resumed_then_exactly_one_operati
         table.contains("SUSPENDED") && table.contains("true"),
         "{table}"
     );
+    let metric = format!(
+        "pulumi_operator_stack_state{{namespace=\"{}\",name=\"app\",state=\"suspended\"}} 1",
+        f.ns()
+    );
+    let metrics = test_support::operator_metrics();
+    assert!(
+        metrics.lines().any(|l| l == metric),
+        "no {metric} in\n{metrics}"
+    );
     // Let an operation that was being created when the suspend landed show up first.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let before = update_names(&f).await;
