@@ -156,6 +156,8 @@ async fn read_commands_show_a_deployed_stack() {
     assert_eq!(rows[0]["name"], "app");
     assert_eq!(rows[0]["state"], "Ready");
     assert_eq!(rows[0]["lastOperation"]["name"], update.as_str());
+    let named = ok(ns, &["get", "app", "-A"]);
+    assert!(named.out.contains(&format!("{ns} ")), "{named}");
     let all = ok(ns, &["get", "-A"]);
     assert!(all.out.starts_with("NAMESPACE "), "{all}");
     assert!(all.out.contains(&format!("{ns} ")), "{all}");

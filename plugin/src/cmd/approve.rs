@@ -15,12 +15,14 @@ use std::process::ExitCode;
 pub async fn run(cluster: &Cluster, args: &ApproveArgs) -> Result<ExitCode> {
     let viewed = cluster.stack(&args.stack).await?;
     let pending = pending_plan(&viewed);
-    let plan =
+    let mut plan =
         check(&args.stack, pending.as_deref(), args.plan.as_deref()).map_err(|e| anyhow!(e))?;
     if args.plan.is_none() {
-        // Approving what is pending now: show what that is.
+        // Approving what is pending now: show it, and approve exactly what was shown.
         let view = crate::cmd::plan::load(cluster, &args.stack).await?;
         print!("{}", render(&view, color()));
+        let shown = (view.state == "AwaitingApproval").then_some(view.plan.as_str());
+        plan = check(&args.stack, shown, None).map_err(|e| anyhow!(e))?;
     }
     let has_annotations = viewed.stack.metadata.annotations.is_some();
     let rv = viewed.stack.resource_version().unwrap_or_default();

@@ -24,12 +24,17 @@ fn action<'a>(cluster: &'a Cluster, args: &'a GetArgs, verb: &'a str) -> Action<
 async fn rows(cluster: &Cluster, args: &GetArgs) -> Result<Vec<StackRow>> {
     let api = cluster.stacks(args.all_namespaces);
     let objects = match &args.stack {
-        Some(name) => vec![api
+        Some(name) if !args.all_namespaces => vec![api
             .get(name)
             .await
             .map_err(|e| api_error(e, action(cluster, args, "get")))?],
-        None => {
-            api.list(&ListParams::default())
+        // A name across namespaces: every Stack of that name.
+        named => {
+            let mut params = ListParams::default();
+            if let Some(name) = named {
+                params = params.fields(&format!("metadata.name={name}"));
+            }
+            api.list(&params)
                 .await
                 .map_err(|e| api_error(e, action(cluster, args, "list")))?
                 .items

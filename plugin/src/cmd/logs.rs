@@ -14,12 +14,20 @@ use std::time::Duration;
 
 const POLL: Duration = Duration::from_secs(2);
 
+/// The Update whose log to show; with `follow`, waits for a new Stack's first operation.
 async fn target(cluster: &Cluster, args: &LogsArgs) -> Result<String> {
-    let stack = cluster.stack(&args.stack).await?;
-    let updates = cluster.updates(&args.stack).await?;
-    let rows = history(&updates, &stack.stack.uid().unwrap_or_default());
-    let Some(name) = log_target(args.update.as_deref(), stack.stack.status.as_ref(), &rows) else {
-        bail!("the Stack {:?} has run no operation yet", args.stack);
+    let name = loop {
+        let stack = cluster.stack(&args.stack).await?;
+        let updates = cluster.updates(&args.stack).await?;
+        let rows = history(&updates, &stack.stack.uid().unwrap_or_default());
+        match log_target(args.update.as_deref(), stack.stack.status.as_ref(), &rows) {
+            Some(name) => break name,
+            None if args.follow => tokio::time::sleep(POLL).await,
+            None => bail!(
+                "the Stack {:?} has run no operation yet (use -f to wait for its first one)",
+                args.stack
+            ),
+        }
     };
     let found = cluster
         .api::<Update>()
