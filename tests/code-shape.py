@@ -5,7 +5,7 @@ cycles between files and between folders of each crate, from the `crate::` paths
     tests/code-shape.py            # report
     tests/code-shape.py --max 80   # the function-length limit (default 80 lines)
 
-Product code is src/, runner/src, api/src and gitauth/src without their `#[cfg(test)]` modules.
+Product code is src/, runner/src, api/src, gitauth/src and plugin/src without their `#[cfg(test)]` modules.
 A function's length runs from its `fn` line to its closing brace. Prints figures; exits 0 (a
 report: the gate is tests/layout.rs, which `cargo test` runs)."""
 import os
@@ -14,7 +14,7 @@ import sys
 from collections import defaultdict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CRATES = {"operator": "src", "runner": "runner/src", "api": "api/src", "gitauth": "gitauth/src"}
+CRATES = {"operator": "src", "runner": "runner/src", "api": "api/src", "gitauth": "gitauth/src", "plugin": "plugin/src"}
 FN = re.compile(r"^\s*(pub(\([^)]*\))?\s+)?(const\s+)?(async\s+)?(unsafe\s+)?fn\s+(\w+)")
 
 

@@ -8,11 +8,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-const CRATES: [(&str, &str); 4] = [
+const CRATES: [(&str, &str); 5] = [
     ("operator", "src"),
     ("runner", "runner/src"),
     ("api", "api/src"),
     ("gitauth", "gitauth/src"),
+    ("plugin", "plugin/src"),
 ];
 /// The operator's folders that hold a controller or what only controllers use.
 const ABOVE_RUNTIME: [&str; 6] = [

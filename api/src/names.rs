@@ -309,3 +309,44 @@ pub const DEFAULT_RETRY_MAX_BACKOFF_SECONDS: i64 = 60 * 60;
 pub const MAX_UPDATE_FAILURES: i64 = 3;
 /// TTL the Stack controller puts on the Updates it creates.
 pub const DEFAULT_UPDATE_TTL: &str = "24h";
+
+// ---------------------------------------------------------------------------------------------
+// Plan approval (`spec.approval`) and what an Update records about its trigger: shared by the
+// operator and the kubectl plugin
+// ---------------------------------------------------------------------------------------------
+
+/// On a Stack: the id of the plan a person approves.
+pub const APPROVE_PLAN_ANNOTATION: &str = "pulumi.com/approve-plan";
+/// Marks an Update as a preview that saves a plan for approval.
+pub const SAVES_PLAN_ANNOTATION: &str = "pulumi.com/saves-plan";
+/// On an `up`: the id of the approved plan it applies.
+pub const APPLIES_PLAN_ANNOTATION: &str = "pulumi.com/applies-plan";
+/// The key of the plan in its Secret.
+pub const SAVED_PLAN_KEY: &str = "plan.json";
+/// On an Update: the source revision it runs with.
+pub const TRIGGER_REVISION_ANNOTATION: &str = "pulumi.com/stack-revision";
+/// What a plan does to resources, in the order people read it.
+pub const PLAN_OPERATIONS: [&str; 4] = ["create", "update", "replace", "delete"];
+
+/// The Secret that keeps the plan saved by the Update `plan`.
+pub fn saved_plan_secret_name(plan: &str) -> String {
+    format!("{plan}-saved-plan")
+}
+
+/// `1 to create, 2 to update` from a plan's counts by operation (nothing: `no changes`).
+pub fn change_summary(counts: &std::collections::BTreeMap<String, i64>) -> String {
+    let parts: Vec<String> = PLAN_OPERATIONS
+        .iter()
+        .filter_map(|op| {
+            counts
+                .get(*op)
+                .filter(|n| **n > 0)
+                .map(|n| format!("{n} to {op}"))
+        })
+        .collect();
+    if parts.is_empty() {
+        "no changes".into()
+    } else {
+        parts.join(", ")
+    }
+}

@@ -5,7 +5,6 @@
 mod cli;
 mod cluster;
 mod cmd;
-mod contract;
 mod view;
 
 use clap::Parser;

@@ -24,7 +24,7 @@ use pulumi_operator_api::{
 use std::collections::BTreeMap;
 
 /// On a Stack: the id of the plan a person approves.
-pub const APPROVE_ANNOTATION: &str = "pulumi.com/approve-plan";
+pub const APPROVE_ANNOTATION: &str = pulumi_operator_api::names::APPROVE_PLAN_ANNOTATION;
 /// `Reconciling` while a plan waits for approval, and its Normal Event.
 pub const REASON_AWAITING_APPROVAL: &str = "AwaitingApproval";
 /// The Warning Event of an approval that names another plan than the pending one.
@@ -76,7 +76,7 @@ fn made_for(a: &ApprovalStatus, due: &Due<'_>) -> bool {
         && a.reconcile_request.as_deref().unwrap_or("") == due.request
 }
 
-const OPERATIONS: [&str; 4] = ["create", "update", "replace", "delete"];
+const OPERATIONS: [&str; 4] = pulumi_operator_api::names::PLAN_OPERATIONS;
 
 fn changes_nothing(a: &ApprovalStatus) -> bool {
     OPERATIONS
@@ -133,20 +133,7 @@ pub fn step(status: &StackStatus, approved: Option<&str>, due: &Due<'_>) -> Step
 
 /// `1 to create, 2 to update` (nothing: `no changes`).
 pub fn summary(changes: &BTreeMap<String, i64>) -> String {
-    let parts: Vec<String> = OPERATIONS
-        .iter()
-        .filter_map(|op| {
-            changes
-                .get(*op)
-                .filter(|n| **n > 0)
-                .map(|n| format!("{n} to {op}"))
-        })
-        .collect();
-    if parts.is_empty() {
-        "no changes".into()
-    } else {
-        parts.join(", ")
-    }
+    pulumi_operator_api::names::change_summary(changes)
 }
 
 /// The condition message of a Stack whose plan waits.

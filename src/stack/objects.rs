@@ -27,7 +27,7 @@ use crate::update::annotations::{
 /// crash between creating it and writing `status.currentUpdate`) can adopt it.
 pub const TRIGGER_GENERATION_ANNOTATION: &str = "pulumi.com/stack-generation";
 pub const TRIGGER_REQUEST_ANNOTATION: &str = "pulumi.com/stack-reconcile-request";
-pub const TRIGGER_REVISION_ANNOTATION: &str = "pulumi.com/stack-revision";
+pub const TRIGGER_REVISION_ANNOTATION: &str = names::TRIGGER_REVISION_ANNOTATION;
 /// The digest of the spec an Update runs for (`StackSpec::digest`, `suspend` left out).
 pub const TRIGGER_SPEC_DIGEST_ANNOTATION: &str = "pulumi.com/stack-spec-digest";
 

@@ -5,19 +5,11 @@
 use kube::ResourceExt;
 use pulumi_operator_api::Update;
 
-/// Marks an Update as a preview that saves a plan for approval.
-pub const SAVES_PLAN_ANNOTATION: &str = "pulumi.com/saves-plan";
-/// On an `up`: the id of the approved plan it applies.
-pub const APPLIES_PLAN_ANNOTATION: &str = "pulumi.com/applies-plan";
+pub use pulumi_operator_api::names::{
+    saved_plan_secret_name, APPLIES_PLAN_ANNOTATION, SAVED_PLAN_KEY, SAVES_PLAN_ANNOTATION,
+};
 /// An Update's failure reason when its saved or approved plan cannot be had.
 pub const REASON_PLAN_UNAVAILABLE: &str = "PlanUnavailable";
-/// The key of the plan in its Secret.
-pub const SAVED_PLAN_KEY: &str = "plan.json";
-
-/// The Secret that keeps the plan saved by the Update `plan`.
-pub fn saved_plan_secret_name(plan: &str) -> String {
-    format!("{plan}-saved-plan")
-}
 
 /// Whether an Update is a preview that saves a plan for approval.
 pub fn saves_plan(update: &Update) -> bool {

@@ -3,12 +3,12 @@
 use crate::cli::PlanArgs;
 use crate::cluster::{api_error, Cluster};
 use crate::cmd::color;
-use crate::contract::{saved_plan_secret_name, SAVED_PLAN_KEY};
 use crate::view::format::structured;
 use crate::view::plan::{changes_from_plan_file, plan_view, render, PlanView, PlannedChange};
 use crate::view::rows::Viewed;
 use anyhow::{anyhow, bail, Result};
 use k8s_openapi::api::core::v1::Secret;
+use pulumi_operator_api::names::{saved_plan_secret_name, SAVED_PLAN_KEY};
 use pulumi_operator_api::ApprovalStatus;
 
 /// The changes in the saved plan, when its Secret exists and may be read (`None`: use the

@@ -2,8 +2,8 @@
 //! another one, and the JSON patch that lets the API server refuse the approval when the
 //! pending plan changes between the read and the write.
 
-use crate::contract::APPROVE_ANNOTATION;
 use crate::view::rows::Viewed;
+use pulumi_operator_api::names::APPROVE_PLAN_ANNOTATION as APPROVE_ANNOTATION;
 use pulumi_operator_api::ApprovalState;
 use serde_json::json;
 

@@ -1,11 +1,14 @@
 //! A Stack's Updates (its operations) as history rows: type, result, start, duration and
 //! source revision, oldest first.
 
-use crate::contract::{APPLIES_PLAN_ANNOTATION, REVISION_ANNOTATION, SAVES_PLAN_ANNOTATION};
 use crate::view::format::{age, duration, short, Cell, Color};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use pulumi_operator_api::names;
+use pulumi_operator_api::names::{
+    APPLIES_PLAN_ANNOTATION, SAVES_PLAN_ANNOTATION,
+    TRIGGER_REVISION_ANNOTATION as REVISION_ANNOTATION,
+};
 use pulumi_operator_api::Update;
 use serde::Serialize;
 

@@ -9,7 +9,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// The operations that change something, in the order they are shown.
-pub const OPERATIONS: [&str; 4] = ["create", "update", "replace", "delete"];
+pub use pulumi_operator_api::names::PLAN_OPERATIONS as OPERATIONS;
 
 /// One resource the plan changes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -127,23 +127,7 @@ pub fn counts(changes: &[PlannedChange]) -> BTreeMap<String, i64> {
     out
 }
 
-/// `2 to create, 1 to delete` (nothing: `no changes`).
-pub fn count_line(counts: &BTreeMap<String, i64>) -> String {
-    let parts: Vec<String> = OPERATIONS
-        .iter()
-        .filter_map(|op| {
-            counts
-                .get(*op)
-                .filter(|n| **n > 0)
-                .map(|n| format!("{n} to {op}"))
-        })
-        .collect();
-    if parts.is_empty() {
-        "no changes".into()
-    } else {
-        parts.join(", ")
-    }
-}
+pub use pulumi_operator_api::names::change_summary as count_line;
 
 /// A plan as `kubectl pulumi plan` shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -259,7 +243,7 @@ pub fn render(view: &PlanView, color: bool) -> String {
         out.push_str(&format!(
             "(the first {listed} of {total} changes, from the Stack's status: reading the saved plan \
              Secret {} needs `get secrets`)\n",
-            crate::contract::saved_plan_secret_name(&view.plan)
+            pulumi_operator_api::names::saved_plan_secret_name(&view.plan)
         ));
     }
     out

@@ -1,10 +1,10 @@
 //! A Stack's state in one word (Ready, Failing, Stalled, Reconciling, Suspended), from its
 //! status conditions, `lastUpdate` and `spec.suspend`, with the reason and message behind it.
 
-use crate::contract::CONDITION_SUSPENDED;
 use crate::view::format::Color;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use pulumi_operator_api::names;
+use pulumi_operator_api::names::CONDITION_SUSPENDED;
 use pulumi_operator_api::{Stack, StackUpdateStateMessage};
 use serde::Serialize;
 
