@@ -71,7 +71,8 @@ async fn operator_runs_in_cluster_holds_the_lease_and_a_standby_takes_over() {
     );
 
     // The metrics endpoint answers on the pod's address, and the fleet gauges count what the
-    // API server holds (they follow the caches every 5 s: polled until they agree).
+    // API server holds (the leader computes them from its caches at each scrape: polled until
+    // the caches have caught up).
     let ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
     let leader_ip = leader
         .and_then(|p| p.status.and_then(|s| s.pod_ip))
