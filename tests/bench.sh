@@ -13,7 +13,9 @@ export BENCH_STACKS="${1:-${BENCH_STACKS:-100}}"
 export BINARY_PROFILE="${BINARY_PROFILE:-release}"
 profile_flag=()
 [ "$BINARY_PROFILE" = release ] && profile_flag=(--release)
-cargo build "${profile_flag[@]}" -p pulumi-operator -p pulumi-runner --bins
+# The workspace's binaries (with `-p`, the dependencies would be compiled again with other
+# features than the test suite's build).
+cargo build "${profile_flag[@]}" --workspace --bins
 cluster="$(tests/local-cluster.sh up)"
 eval "$(tail -n1 <<<"$cluster")"
 export KUBECONFIG
@@ -30,4 +32,4 @@ if [ "${BENCH_INSTALL:-1}" = 1 ]; then
     trap 'BINARY_PROFILE=debug tests/local-cluster.sh up >/dev/null && restart_operator' EXIT
   fi
 fi
-cargo test "${profile_flag[@]}" --test bench benchmark -- --ignored --nocapture --exact
+cargo test "${profile_flag[@]}" --workspace --test bench benchmark -- --ignored --nocapture --exact

@@ -149,7 +149,9 @@ cmd_up() {
   [ ! -d "$STATE_DIR/pids" ] || cmd_down
   build_tools
   log "building the test node agent"
-  (cd "$REPO_ROOT" && cargo build -q -p node-agent >&2)
+  # With the workspace's binaries, as tests/run.sh builds them: `-p node-agent` alone would
+  # compile its dependencies again with other features.
+  (cd "$REPO_ROOT" && cargo build -q --workspace --bins >&2)
   local agent_bin; agent_bin="$(target_dir)/debug/node-agent"
 
   mkdir -p "$STATE_DIR"/{pids,logs,certs,pki}
