@@ -267,6 +267,14 @@ fn the_dashboard_is_the_same_everywhere_and_its_queries_are_valid() {
         copy, source,
         "{COMPONENT}/grafana-dashboard.json must equal {DASHBOARD}: copy it"
     );
+    let documented = json(
+        &read(&root().join("docs/grafana-dashboard.json")),
+        "the copy under docs/",
+    );
+    assert_eq!(
+        documented, source,
+        "docs/grafana-dashboard.json must equal {DASHBOARD}: copy it"
+    );
     let docs = helm_template(&["grafanaDashboard.enabled=true"]);
     let map = of_kind(&docs, "ConfigMap");
     assert_eq!(
