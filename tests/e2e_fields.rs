@@ -158,6 +158,51 @@ async fn destroy_works_after_the_source_is_gone() {
     assert!(!state(&f).contains("standin:index:Record"), "{}", state(&f));
 }
 
+/// A branch-tracking `destroyOnFinalize` Stack whose every update failed, but not before
+/// deploying a resource, is destroyed once deleted although its git server is gone: the
+/// project of a failed update is remembered as well (issue 30: such a Stack used to stall on
+/// `SourceUnavailable` and hold its namespace in `Terminating`).
+#[tokio::test]
+async fn a_stack_that_only_failed_is_destroyed_after_its_source_is_gone() {
+    let mut f = StackFixture::new("failnosource").await;
+    let failing = format!(
+        "{}  broken:\n    type: standin:index:Fail\n    properties:\n      message: fails on purpose\n    options:\n      dependsOn:\n        - ${{a}}\n",
+        program(&["a"])
+    );
+    f.repo.commit(&[("Pulumi.yaml", &failing)], "v1");
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        "branch: main",
+        "  destroyOnFinalize: true\n  retryMaxBackoffDurationSeconds: 1\n",
+    ));
+    let s = f
+        .wait_stack("app", "the first update to fail", |s| {
+            last(s).state.map(|x| x.as_str().to_string()).as_deref() == Some("failed")
+                && s.status
+                    .as_ref()
+                    .is_some_and(|st| st.current_update.is_none())
+        })
+        .await;
+    assert_eq!(s.status.unwrap().project_info.unwrap().name, "e2e");
+    assert!(
+        state(&f).contains("standin:index:Record"),
+        "the failed update deployed `a`: {}",
+        state(&f)
+    );
+    // The git server goes away with the repository.
+    let empty = f.repo.bare.parent().unwrap().join("nothing-here");
+    std::fs::create_dir_all(&empty).unwrap();
+    f.server = test_support::GitServer::start(&empty);
+    std::fs::remove_dir_all(&f.repo.bare).unwrap();
+    kubectl(&["-n", f.ns(), "delete", "stack", "app", "--wait=false"]);
+    let stacks = f.stacks();
+    wait_until(T, "the stack to be destroyed and gone", || async {
+        stacks.get_opt("app").await.unwrap().is_none()
+    })
+    .await;
+    assert!(!state(&f).contains("standin:index:Record"), "{}", state(&f));
+}
+
 #[tokio::test]
 async fn preview_changes_nothing_and_targets_limit_the_update() {
     let f = StackFixture::new("preview").await;

@@ -8,7 +8,7 @@ use k8s_openapi::ByteString;
 use kube::ResourceExt;
 use pulumi_operator_api::names;
 use pulumi_operator_api::{
-    StackStatus, StackUpdateState, StackUpdateStateMessage, Update, UpdateType,
+    StackStatus, StackUpdateState, StackUpdateStateMessage, Update, UpdateStatus, UpdateType,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -269,6 +269,17 @@ pub fn secret_keys(annotation: Option<&str>) -> BTreeSet<String> {
         .collect()
 }
 
+/// The project a finished operation ran (`status.projectInfo`, what a destroy without the
+/// source needs). A success records it. A failure may still have deployed resources, so it
+/// records the first project known, and a deleted `destroyOnFinalize` Stack whose every
+/// operation failed is still destroyed without its source (whose repository may be gone); it
+/// never replaces a known one (a renamed project that failed deployed nothing under its name).
+fn remember_project(status: &mut StackStatus, update: &UpdateStatus, succeeded: bool) {
+    if update.project_info.is_some() && (succeeded || status.project_info.is_none()) {
+        status.project_info = update.project_info.clone().map(Box::new);
+    }
+}
+
 /// Folds a finished Update into the status (PKO's `markStackFailed` / `markStackSucceeded`):
 /// `lastUpdate`, `outputs` (success only; stale values are kept, as in PKO), `projectInfo`, and
 /// clears `currentUpdate`. The failure count follows PKO: the previous count plus one when the
@@ -326,6 +337,7 @@ pub fn absorb(
             failures: Some(failures),
             ..base
         });
+        remember_project(status, &update_status, false);
     } else {
         status.last_update = Some(StackUpdateState {
             state: Some(StackUpdateStateMessage::Succeeded),
@@ -336,9 +348,7 @@ pub fn absorb(
         if let Some(outputs) = outputs {
             status.outputs = Some(outputs);
         }
-        if update_status.project_info.is_some() {
-            status.project_info = update_status.project_info.clone().map(Box::new);
-        }
+        remember_project(status, &update_status, true);
     }
     if matches!(
         update.spec.update_type,
@@ -493,6 +503,26 @@ mod tests {
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_str()),
             ("True", "ProcessingCompleted")
+        );
+    }
+
+    #[test]
+    fn a_failure_records_the_first_project_known_and_never_replaces_one() {
+        let mut st = running("abc");
+        absorb(&mut st, &finished("s-1", true, "boom"), None, &now());
+        assert_eq!(
+            st.project_info.as_ref().map(|p| p.name.as_str()),
+            Some("proj")
+        );
+        let mut known = running("abc");
+        known.project_info = Some(Box::new(pulumi_operator_api::ProjectInfo {
+            name: "old".into(),
+            runtime: "yaml".into(),
+        }));
+        absorb(&mut known, &finished("s-1", true, "boom"), None, &now());
+        assert_eq!(
+            known.project_info.as_ref().map(|p| p.name.as_str()),
+            Some("old")
         );
     }
 
