@@ -136,6 +136,19 @@ async fn only_the_last_updates_are_kept() {
     assert!(jobs.lines().count() <= 5, "{jobs}");
 }
 
+/// Removes the Stack's repository, deletes the Stack, and waits for its destroy to empty the
+/// state and release it.
+async fn delete_without_the_source(f: &StackFixture) {
+    std::fs::remove_dir_all(&f.repo.bare).unwrap();
+    kubectl(&["-n", f.ns(), "delete", "stack", "app", "--wait=false"]);
+    let stacks = f.stacks();
+    wait_until(T, "the stack to be destroyed and gone", || async {
+        stacks.get_opt("app").await.unwrap().is_none()
+    })
+    .await;
+    assert!(!state(f).contains("standin:index:Record"), "{}", state(f));
+}
+
 #[tokio::test]
 async fn destroy_works_after_the_source_is_gone() {
     let f = StackFixture::new("nosource").await;
@@ -148,14 +161,7 @@ async fn destroy_works_after_the_source_is_gone() {
     let s = f.wait_stack("app", "Ready", ready).await;
     assert_eq!(s.status.unwrap().project_info.unwrap().name, "e2e");
     assert!(state(&f).contains("standin:index:Record"));
-    std::fs::remove_dir_all(&f.repo.bare).unwrap();
-    kubectl(&["-n", f.ns(), "delete", "stack", "app", "--wait=false"]);
-    let stacks = f.stacks();
-    wait_until(T, "the stack to be destroyed and gone", || async {
-        stacks.get_opt("app").await.unwrap().is_none()
-    })
-    .await;
-    assert!(!state(&f).contains("standin:index:Record"), "{}", state(&f));
+    delete_without_the_source(&f).await;
 }
 
 /// A branch-tracking `destroyOnFinalize` Stack whose every update failed, but not before
@@ -193,14 +199,7 @@ async fn a_stack_that_only_failed_is_destroyed_after_its_source_is_gone() {
     let empty = f.repo.bare.parent().unwrap().join("nothing-here");
     std::fs::create_dir_all(&empty).unwrap();
     f.server = test_support::GitServer::start(&empty);
-    std::fs::remove_dir_all(&f.repo.bare).unwrap();
-    kubectl(&["-n", f.ns(), "delete", "stack", "app", "--wait=false"]);
-    let stacks = f.stacks();
-    wait_until(T, "the stack to be destroyed and gone", || async {
-        stacks.get_opt("app").await.unwrap().is_none()
-    })
-    .await;
-    assert!(!state(&f).contains("standin:index:Record"), "{}", state(&f));
+    delete_without_the_source(&f).await;
 }
 
 #[tokio::test]
