@@ -235,7 +235,7 @@ impl<'a> Pass<'a> {
         let mut status = written.clone();
         status.observed_generation = Some(generation);
         status.observed_reconcile_request = Some(request.clone());
-        suspend::carry_forward(&mut status, generation, &stack.spec.digest());
+        suspend::carry_forward(&mut status, generation, || stack.spec.digest());
         Ok(Pass {
             stack,
             ctx,

@@ -24,20 +24,30 @@ pub enum Transition {
 }
 
 /// Moves the last result and the pending plan to `generation` when they were made for the
-/// same spec as the current one (`digest`) but for `suspend`.
-pub fn carry_forward(status: &mut StackStatus, generation: i64, digest: &str) {
+/// same spec as the current one (`digest`, computed only when a record is of another
+/// generation: it serializes the whole spec, and most reconciles have nothing to move).
+pub fn carry_forward(status: &mut StackStatus, generation: i64, digest: impl FnOnce() -> String) {
+    let behind = |g: Option<i64>, d: &Option<String>| d.is_some() && g != Some(generation);
+    let last_behind = status
+        .last_update
+        .as_ref()
+        .is_some_and(|l| behind(l.generation, &l.spec_digest));
+    let plan_behind = status
+        .approval
+        .as_ref()
+        .is_some_and(|a| behind(a.generation, &a.spec_digest));
+    if !last_behind && !plan_behind {
+        return;
+    }
+    let digest = Some(digest());
     if let Some(last) = status
         .last_update
         .as_mut()
-        .filter(|l| l.spec_digest.as_deref() == Some(digest))
+        .filter(|l| l.spec_digest == digest)
     {
         last.generation = Some(generation);
     }
-    if let Some(plan) = status
-        .approval
-        .as_mut()
-        .filter(|a| a.spec_digest.as_deref() == Some(digest))
-    {
+    if let Some(plan) = status.approval.as_mut().filter(|a| a.spec_digest == digest) {
         plan.generation = Some(generation);
     }
 }
@@ -102,6 +112,8 @@ pub fn waiting(status: &StackStatus, generation: i64, request: &str) -> String {
 /// (`Ready` after a success, `Stalled` after too many failures), but never `Reconciling`:
 /// nothing is in progress until the resume.
 pub fn fold_idle(status: &mut StackStatus, generation: i64, request: &str, now: &Time) {
+    // What waits depends on the last result only, which folding it does not change.
+    let waits = waiting(status, generation, request);
     mark_result(status, generation, now);
     let reconciling = status
         .conditions
@@ -109,7 +121,6 @@ pub fn fold_idle(status: &mut StackStatus, generation: i64, request: &str, now: 
         .flatten()
         .any(|c| c.type_ == names::CONDITION_RECONCILING && c.status == names::STATUS_TRUE);
     if reconciling || status.last_update.is_none() {
-        let waits = waiting(status, generation, request);
         let message = if waits.is_empty() {
             "suspended".to_string()
         } else {
@@ -117,7 +128,6 @@ pub fn fold_idle(status: &mut StackStatus, generation: i64, request: &str, now: 
         };
         mark_not_ready(status, names::REASON_SUSPENDED, &message, generation, now);
     }
-    let waits = waiting(status, generation, request);
     let message = if waits.is_empty() {
         SUSPENDED_MESSAGE.to_string()
     } else {
@@ -173,7 +183,7 @@ mod tests {
             spec_digest: Some("sha256:a".into()),
             ..Default::default()
         }));
-        carry_forward(&mut status, 5, "sha256:a");
+        carry_forward(&mut status, 5, || "sha256:a".into());
         assert_eq!(
             status.last_update.as_ref().and_then(|l| l.generation),
             Some(5)
@@ -184,7 +194,7 @@ mod tests {
     #[test]
     fn a_result_for_another_spec_or_without_a_digest_stays() {
         let mut status = succeeded(3, "sha256:a");
-        carry_forward(&mut status, 5, "sha256:b");
+        carry_forward(&mut status, 5, || "sha256:b".into());
         assert_eq!(
             status.last_update.as_ref().and_then(|l| l.generation),
             Some(3)
@@ -193,7 +203,7 @@ mod tests {
         if let Some(l) = old.last_update.as_mut() {
             l.spec_digest = None;
         }
-        carry_forward(&mut old, 5, "x");
+        carry_forward(&mut old, 5, || "x".into());
         assert_eq!(old.last_update.as_ref().and_then(|l| l.generation), Some(3));
     }
 
