@@ -8,9 +8,9 @@
 #                        (see there), with the sdk's scripts they run (pulumi-language-python-exec,
 #                        and pulumi-analyzer-policy{,-python} for policy packs)
 #   langhost-go          the Pulumi Go language host
-#   kubernetes-provider  the real Pulumi Kubernetes provider (its own build.sh)
+#   kubernetes-provider  the real Pulumi Kubernetes provider, and Helm (for the chart's tests),
+#                        aligned with the root module's versions (its own build.sh)
 #   seaweedfs            SeaweedFS's `weed`, a real S3 server (state backends in s3://)
-#   helm                 Helm (for the chart's tests)
 #   prometheus           Prometheus's `prometheus` and `promtool` (the alerting rules' and the
 #                        dashboard's tests; its own build.sh)
 # Each module is built once into a cache directory keyed by a hash of its pinned files (so a
@@ -22,14 +22,14 @@
 #
 # Go modules and Go's build cache live under the same cache root, outside the checkout, so a
 # second machine run (or CI on the same machine) downloads and compiles nothing again. Modules
-# build two at a time (BUILD_TOOLS_JOBS): a Go build spends long stretches linking one big binary
-# on one core.
+# build in two lanes at once (a Go build spends long stretches linking one big binary on one
+# core): the root module and then kubernetes-provider, which reuses most of what the root module
+# compiled (run side by side, both would compile those packages); and the others in the second.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS_DIR="$REPO_ROOT/tests/tools"
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/pulumi-operator-rs"
-JOBS="${BUILD_TOOLS_JOBS:-2}"
 
 log() { echo "build-tools: $*" >&2; }
 die() { echo "build-tools: ERROR: $*" >&2; exit 1; }
@@ -44,12 +44,11 @@ K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$TOOLS_DIR/go.m
 # after the last element of its package path. `-` marks a module built by its own build.sh.
 MODULES=(
   ". ./cmd/etcd k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler github.com/pulumi/pulumi/pkg/v3/cmd/pulumi ./cmd/pulumi-resource-standin ./cmd/pulumi-resource-random"
-  "kubernetes-provider - pulumi-resource-kubernetes"
+  "kubernetes-provider - pulumi-resource-kubernetes helm"
   "yaml github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml"
   "langhosts ./cmd/pulumi-language-nodejs ./cmd/pulumi-language-python"
   "langhost-go github.com/pulumi/pulumi/sdk/v3/go/pulumi-language-go"
   "seaweedfs github.com/seaweedfs/seaweedfs/weed"
-  "helm helm.sh/helm/v3/cmd/helm"
   "prometheus - prometheus promtool"
 )
 
@@ -154,21 +153,27 @@ build_module() { # module line → builds into its cache directory unless alread
 }
 
 mkdir -p "$CACHE_ROOT/modules"
-failed=0
-running=0
-pids=()
+build_lane() { # module lines → builds them one after the other; fails if any failed
+  local m status=0
+  # Each in the background, where errexit holds (it does not in a `|| status=1` context).
+  for m in "$@"; do build_module "$m" & wait $! || status=1; done
+  return $status
+}
+lane_shared=() lane_other=()
 for m in "${MODULES[@]}"; do
-  [ -f "$(module_out "$m")/.built" ] && continue
-  build_module "$m" &
-  pids+=($!)
-  running=$((running + 1))
-  if [ "$running" -ge "$JOBS" ]; then
-    wait -n || failed=1
-    running=$((running - 1))
-  fi
+  case "${m%% *}" in
+    . | kubernetes-provider) lane_shared+=("$m") ;;
+    *) lane_other+=("$m") ;;
+  esac
 done
-for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-# `wait -n` above caught failures of the first builds; check every module's result.
+build_lane "${lane_shared[@]}" &
+shared_pid=$!
+build_lane "${lane_other[@]}" &
+other_pid=$!
+failed=0
+wait "$shared_pid" || failed=1
+wait "$other_pid" || failed=1
+# Name each module that did not build.
 for m in "${MODULES[@]}"; do
   [ -f "$(module_out "$m")/.built" ] || { log "tests/tools/${m%% *} did not build"; failed=1; }
 done

@@ -14,3 +14,16 @@ for module in . langhosts; do
   echo "check-go: go vet and go test in tests/tools/$module"
   (cd "$module" && go vet ./... && go test ./...)
 done
+# The provider module shares its compiled packages with the root module only where both name the
+# same version (see kubernetes-provider/go.mod): a module the root pins higher than the provider
+# does is one that a pin change forgot to lift there (the Pulumi pkg/sdk are the exception).
+echo "check-go: tests/tools/kubernetes-provider's shared modules aligned with tests/tools"
+list_modules() { (cd "$1" && go list -m -f '{{.Path}} {{if .Replace}}{{.Replace.Version}}{{else}}{{.Version}}{{end}}' all); }
+behind="$(awk 'NR == FNR { root[$1] = $2; next }
+  ($1 in root) && root[$1] != $2 && $1 !~ /^github.com\/pulumi\/pulumi\// { print $1, $2, root[$1] }' \
+  <(list_modules .) <(list_modules kubernetes-provider) |
+  while read -r module provider root; do
+    [ "$(printf '%s\n%s\n' "$provider" "$root" | sort -V | tail -n1)" = "$provider" ] ||
+      echo "  $module: $provider in kubernetes-provider, $root in the root module"
+  done)"
+[ -z "$behind" ] || { echo "check-go: lift these in tests/tools/kubernetes-provider/go.mod:" >&2; echo "$behind" >&2; exit 1; }
