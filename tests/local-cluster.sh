@@ -73,9 +73,11 @@ api_ready() {
   kubectl --kubeconfig "$STATE_DIR/kubeconfig" get --raw /readyz >/dev/null 2>&1
 }
 
-start_bg() { # name, command...
+start_bg() { # name, command... (the command line is kept, for tests/faults.sh to restart it)
   local name=$1; shift
-  nohup "$@" >"$STATE_DIR/logs/$name.log" 2>&1 &
+  mkdir -p "$STATE_DIR/cmds"
+  printf '%q ' "$@" >"$STATE_DIR/cmds/$name"
+  nohup "$@" >>"$STATE_DIR/logs/$name.log" 2>&1 &
   echo $! >"$STATE_DIR/pids/$name"
 }
 
@@ -198,6 +200,7 @@ POLICY
     --service-account-issuer=https://kubernetes.default.svc --service-cluster-ip-range=10.96.0.0/16 \
     --kubelet-preferred-address-types=InternalIP --enable-admission-plugins=PodSecurity --endpoint-reconciler-type=none \
     --disable-admission-plugins=TaintNodesByCondition \
+    --default-not-ready-toleration-seconds=30 --default-unreachable-toleration-seconds=30 \
     --max-requests-inflight=800 --max-mutating-requests-inflight=400 \
     --audit-policy-file="$STATE_DIR/pki/audit-policy.yaml" --audit-log-path="$STATE_DIR/logs/audit.log" \
     --audit-log-maxsize=200 --audit-log-maxbackup=3
@@ -222,13 +225,17 @@ KC
   chmod 600 "$STATE_DIR/kubeconfig"
   wait_for 90 "kube-apiserver to answer" api_ready
 
+  # The node lifecycle controller runs, as in a real cluster: a node that stops posting its
+  # status (tests/faults.sh node-down) goes NotReady after 20 s, is tainted NoExecute, and its
+  # pods are evicted once their default toleration (30 s here, set on the apiserver; 300 s by
+  # default) ends. The node agent posts its status every 5 s.
   log "starting kube-controller-manager"
   start_bg controller-manager "$TOOLS_BIN/kube-controller-manager" --kubeconfig="$STATE_DIR/kubeconfig" \
     --service-account-private-key-file="$STATE_DIR/pki/sa.key" --root-ca-file="$STATE_DIR/certs/apiserver.crt" \
     --use-service-account-credentials=true --leader-elect=false --bind-address=127.0.0.1 \
     --secure-port="$KCM_PORT" \
     --kube-api-qps=200 --kube-api-burst=400 --concurrent-gc-syncs=40 \
-    --controllers='*,-node-ipam-controller,-node-lifecycle-controller'
+    --controllers='*,-node-ipam-controller' --node-monitor-grace-period=20s
 
   log "starting kube-scheduler"
   start_bg scheduler "$TOOLS_BIN/kube-scheduler" --kubeconfig="$STATE_DIR/kubeconfig" \
@@ -238,7 +245,7 @@ KC
 
   log "starting the node agent (stand-in for the kubelet) on 127.0.0.1:$AGENT_PORT"
   write_image_map
-  KUBECONFIG="$STATE_DIR/kubeconfig" RUST_LOG="${NODE_AGENT_LOG:-info}" start_bg node-agent "$agent_bin" \
+  start_bg node-agent env KUBECONFIG="$STATE_DIR/kubeconfig" RUST_LOG="${NODE_AGENT_LOG:-info}" "$agent_bin" \
     --node-name local-node --port "$AGENT_PORT" --tls-cert "$STATE_DIR/pki/kubelet.crt" \
     --tls-key "$STATE_DIR/pki/kubelet.key" --state-dir "$STATE_DIR/node" \
     --image-map "$STATE_DIR/image-map.json" --api-host 127.0.0.1 --api-port "$API_PORT"
@@ -255,7 +262,9 @@ KC
 cmd_down() {
   [ -d "$STATE_DIR/pids" ] || { log "no cluster state in $STATE_DIR"; rm -rf "$STATE_DIR"; return 0; }
   # Stop in reverse order, by recorded pid only: the agent first so that it ends its pods.
-  for name in node-agent scheduler controller-manager apiserver etcd; do
+  local extra_agents; extra_agents="$(cd "$STATE_DIR/pids" && ls -d node-agent-* 2>/dev/null || true)"
+  # shellcheck disable=SC2086 # the names of nodes tests/faults.sh added, without spaces
+  for name in $extra_agents node-agent scheduler controller-manager apiserver etcd; do
     local f="$STATE_DIR/pids/$name"
     [ -f "$f" ] || continue
     local pid; pid=$(cat "$f")

@@ -35,6 +35,48 @@ pub fn stale(error_text: &str, me: &LockHolder) -> Option<Vec<String>> {
     all_ours.then(|| locks.into_iter().map(|(who, _)| who).collect())
 }
 
+/// How old a `.tmp` file in a lock directory must be to be taken as a partial lock file: a lock
+/// is a few hundred bytes, written in milliseconds.
+pub const PARTIAL_LOCK_AGE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// The partial lock files among a stack's lock directory entries (name, age). A DIY backend on
+/// a local disk writes each lock to `<id>.json.<n>.tmp` and renames it into place; a write cut
+/// short (a full disk, seen with Pulumi 3.259) leaves the empty `.tmp` behind, and the CLI then
+/// fails every operation of the stack with "unexpected end of JSON input" (`pulumi cancel`
+/// removes it; so does this). A complete lock, ours or anyone's, is never one of them.
+pub fn partial(entries: &[(String, std::time::Duration)]) -> Vec<String> {
+    entries
+        .iter()
+        .filter(|(name, age)| name.ends_with(".tmp") && *age >= PARTIAL_LOCK_AGE)
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// The lock directories of `stack` under a local DIY backend's root: `.pulumi/locks/<stack>`
+/// (a legacy backend) or `.pulumi/locks/<org>/<project>/<stack>` (project-scoped).
+pub fn lock_dirs(backend_root: &std::path::Path, stack: &str) -> Vec<std::path::PathBuf> {
+    let stack = stack.rsplit('/').next().unwrap_or(stack);
+    let locks = backend_root.join(".pulumi").join("locks");
+    let mut dirs = vec![locks.join(stack)];
+    let children = |p: &std::path::Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(p)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.is_dir())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for org in children(&locks) {
+        for project in children(&org) {
+            dirs.push(project.join(stack));
+        }
+    }
+    dirs.retain(|d| d.is_dir());
+    dirs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,6 +99,32 @@ mod tests {
             ));
         }
         text
+    }
+
+    #[test]
+    fn only_old_tmp_files_are_partial_locks() {
+        let secs = std::time::Duration::from_secs;
+        let entries = vec![
+            ("a.json.18ec.tmp".to_string(), secs(3600)),
+            ("b.json.18ed.tmp".to_string(), secs(2)),
+            ("c.json".to_string(), secs(3600)),
+        ];
+        assert_eq!(partial(&entries), vec!["a.json.18ec.tmp".to_string()]);
+    }
+
+    #[test]
+    fn lock_directories_of_both_layouts_are_found() {
+        let root = std::env::temp_dir().join(format!("locks-test-{}", std::process::id()));
+        let scoped = root.join(".pulumi/locks/organization/proj/dev");
+        let legacy = root.join(".pulumi/locks/dev");
+        let other = root.join(".pulumi/locks/organization/proj/prod");
+        for d in [&scoped, &legacy, &other] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let mut found = lock_dirs(&root, "org/proj/dev");
+        found.sort();
+        assert_eq!(found, vec![legacy, scoped]);
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -120,6 +120,7 @@ pub async fn prepare(
     if stack.is_empty() {
         return Err(Failure::config_invalid("the plan names no stack"));
     }
+    clear_partial_locks(stack, opts);
     let mut config_steps = resolve_config(plan, &project, redactor)?;
     let operation_config = take_operation_config(purpose, &mut config_steps);
     let (runner, cache) = workspace_runner(plan, opts, &workspace, signals);
@@ -743,6 +744,45 @@ fn hand_over_saved_plan(
     eprintln!("{}{line}", sealed::OUTPUTS_LINE_PREFIX);
     result.outputs_digest = Some(sealed::digest(&line));
     Ok(())
+}
+
+/// Removes the partial lock files (`locks::partial`) of the stack on a local DIY backend
+/// (`PULUMI_BACKEND_URL=file://...`), so that a write a full disk cut short does not fail
+/// every later operation. Each is reported like a stale lock (Event `StaleLockCleared`).
+fn clear_partial_locks(stack: &str, opts: &RunOptions) {
+    let Some(root) = std::env::var("PULUMI_BACKEND_URL")
+        .ok()
+        .and_then(|u| u.strip_prefix("file://").map(std::path::PathBuf::from))
+    else {
+        return;
+    };
+    for dir in crate::locks::lock_dirs(&root, stack) {
+        let entries: Vec<(String, Duration)> = std::fs::read_dir(&dir)
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| {
+                        let age = e.metadata().ok()?.modified().ok()?.elapsed().ok()?;
+                        Some((e.file_name().to_string_lossy().into_owned(), age))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        for name in crate::locks::partial(&entries) {
+            match std::fs::remove_file(dir.join(&name)) {
+                Ok(()) => {
+                    log(format!(
+                        "removed the partial lock file {name}, left by a lock write that was cut short (a full disk?)"
+                    ));
+                    if let Ok(mut c) = opts.cleared_locks.lock() {
+                        c.push(format!("partial lock file {name}"));
+                    }
+                }
+                Err(e) => log(format!(
+                    "could not remove the partial lock file {name}: {e}"
+                )),
+            }
+        }
+    }
 }
 
 /// `stack select --create` (one process), or, when the Stack may not create its stack

@@ -38,11 +38,14 @@ pub struct CachedPodTemplate {
     pub spec: Option<CachedPodSpec>,
 }
 
-/// A pod spec reduced to the volumes that mount a claim.
+/// A pod spec reduced to the volumes that mount a claim, and the node it was placed on.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 pub struct CachedPodSpec {
     #[serde(default, deserialize_with = "claim_volumes")]
     pub volumes: Option<Vec<ClaimVolume>>,
+    /// Named when the pod is lost with its node.
+    #[serde(rename = "nodeName", default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
 }
 
 /// A volume that may mount a claim; other volume sources are not kept.

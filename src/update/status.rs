@@ -114,6 +114,9 @@ pub fn pod_progress(pod: &Pod, now: jiff::Timestamp) -> Progress {
             return p;
         }
     }
+    if let Some(lost) = lost_with_node(pod, now) {
+        return lost;
+    }
     if status.phase.as_deref() == Some("Failed") {
         let reason = status.reason.clone().unwrap_or_else(|| "PodFailed".into());
         let message = status
@@ -153,6 +156,66 @@ pub fn pod_progress(pod: &Pod, now: jiff::Timestamp) -> Progress {
     Progress::Running {
         message: RUNNING_MESSAGE.into(),
     }
+}
+
+/// How long past its deletion time (the end of its grace period) a pod may still be reported
+/// running before it is taken as lost with its node: a kubelet that answers has stopped it by
+/// then, and only a node that is gone or cut off leaves it `Terminating`.
+pub const LOST_AFTER_DELETION_SECONDS: i64 = 120;
+
+/// The end of an operation whose pod was lost with its node, if it was. Nothing on that node
+/// can confirm that the pod stopped, so its end is decided from what Kubernetes says:
+/// - the node lifecycle controller evicted it (`DisruptionTarget` reason
+///   `DeletionByTaintManager`, from the NoExecute taint of a node that stopped posting its
+///   status) and marked it not ready; a NoExecute taint on a healthy node leaves the pod ready
+///   until its kubelet stops it, which then reports the container's end;
+/// - or it was deleted and is still reported running [`LOST_AFTER_DELETION_SECONDS`] after its
+///   grace period ended.
+///
+/// Pulumi may have been cut off mid-operation: the result is unknown and the stack runs the
+/// operation again (the next run clears the stack lock the lost pod held).
+fn lost_with_node(pod: &Pod, now: jiff::Timestamp) -> Option<Progress> {
+    let deleted_at = pod.metadata.deletion_timestamp.as_ref()?;
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let node = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .unwrap_or("(none)");
+    let conditions = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    let has = |kind: &str, status: &str, reason: Option<&str>| {
+        conditions.iter().any(|c| {
+            c.type_ == kind
+                && c.status == status
+                && reason.is_none_or(|r| c.reason.as_deref() == Some(r))
+        })
+    };
+    let evicted = has("DisruptionTarget", "True", Some("DeletionByTaintManager"))
+        && has("Ready", "False", None);
+    let overdue = seconds_since(Some(deleted_at), now) - LOST_AFTER_DELETION_SECONDS;
+    let why = if evicted {
+        format!("node {node} stopped answering and Kubernetes evicted the pod (NoExecute taint)")
+    } else if overdue >= 0 {
+        format!(
+            "it was deleted and node {node} has not confirmed that it stopped, {} after its grace period ended",
+            crate::runtime::duration::human_secs(overdue + LOST_AFTER_DELETION_SECONDS)
+        )
+    } else {
+        return None;
+    };
+    Some(Progress::Failed {
+        reason: names::UPDATE_REASON_NODE_LOST.into(),
+        message: format!(
+            "the operation's pod {name} was lost with node {node}: {why}; its result is unknown, \
+             so the stack runs it again"
+        ),
+        result: None,
+        end: None,
+    })
 }
 
 fn deadline_message(job: &Job) -> String {
@@ -454,6 +517,12 @@ pub fn recheck_after(
         }
     }
     for pod in pods {
+        if let Some(deleted) = pod.metadata.deletion_timestamp.as_ref() {
+            at(
+                LOST_AFTER_DELETION_SECONDS,
+                seconds_since(Some(deleted), now),
+            );
+        }
         let stuck = pod
             .status
             .iter()
@@ -850,6 +919,92 @@ mod tests {
                 "ready": false, "restartCount": 0, "state": {"waiting": {"reason": waiting}}}]}
         }))
         .unwrap()
+    }
+
+    /// A running operation's pod on node-a, deleted at `deleted` with `conditions`.
+    fn deleted_pod(deleted: &str, conditions: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "u-abc", "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "deletionTimestamp": deleted},
+            "spec": {"nodeName": "node-a"},
+            "status": {"phase": "Running", "conditions": conditions,
+                       "containerStatuses": [{"name": "pulumi", "image": "i", "imageID": "",
+                           "ready": true, "restartCount": 0, "state": {"running": {}}}]}
+        }))
+        .unwrap()
+    }
+
+    fn job_stopped_with_terminating_pod() -> Job {
+        serde_json::from_value(json!({"metadata": {"name": "u"},
+            "spec": {"parallelism": 0, "template": {}},
+            "status": {"active": 0, "terminating": 1}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pod_evicted_from_a_node_that_stopped_answering_is_lost_at_once() {
+        let evicted = deleted_pod(
+            "2026-01-01T00:09:59Z",
+            json!([{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
+                    "message": "Taint manager: deleting due to NoExecute taint"},
+                   {"type": "Ready", "status": "False"}]),
+        );
+        let job = job_stopped_with_terminating_pod();
+        match progress(Some(&job), &[&evicted], now()) {
+            Progress::Failed {
+                reason, message, ..
+            } => {
+                assert_eq!(reason, names::UPDATE_REASON_NODE_LOST);
+                assert!(
+                    message.contains("u-abc") && message.contains("node node-a"),
+                    "{message}"
+                );
+                assert!(message.contains("runs it again"), "{message}");
+            }
+            other => panic!("lost, not {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_pod_evicted_from_a_healthy_node_is_waited_for() {
+        // A NoExecute taint put on a node that answers: the kubelet stops the pod, which
+        // stays ready until then, and its container's end is the outcome.
+        let evicted = deleted_pod(
+            "2026-01-01T00:09:59Z",
+            json!([{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"},
+                   {"type": "Ready", "status": "True"}]),
+        );
+        let job = job_stopped_with_terminating_pod();
+        assert!(matches!(
+            progress(Some(&job), &[&evicted], now()),
+            Progress::Running { .. }
+        ));
+        // Deleted by a person or the operator: waited for until the node has had its time.
+        let deleted = deleted_pod("2026-01-01T00:08:01Z", json!([]));
+        assert!(matches!(
+            progress(Some(&job), &[&deleted], now()),
+            Progress::Running { .. }
+        ));
+        let recheck = recheck_after(None, None, &[&deleted], now());
+        assert_eq!(recheck.as_secs(), 2, "looked at again when the wait ends");
+    }
+
+    #[test]
+    fn a_deleted_pod_never_confirmed_stopped_is_lost_after_its_grace() {
+        let deleted = deleted_pod("2026-01-01T00:08:00Z", json!([]));
+        let job = job_stopped_with_terminating_pod();
+        match progress(Some(&job), &[&deleted], now()) {
+            Progress::Failed {
+                reason, message, ..
+            } => {
+                assert_eq!(reason, names::UPDATE_REASON_NODE_LOST);
+                assert!(
+                    message.contains("has not confirmed that it stopped, 2m"),
+                    "{message}"
+                );
+            }
+            other => panic!("lost, not {other:?}"),
+        }
     }
 
     #[test]

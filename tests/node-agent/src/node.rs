@@ -68,10 +68,12 @@ async fn update(api: &Api<Node>, cfg: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The node's status, posted every 5 s: the local cluster's node lifecycle controller marks the
+/// node NotReady 20 s after the last one (`--node-monitor-grace-period`, tests/local-cluster.sh).
 pub async fn heartbeat(client: Client, cfg: Config) {
     let api: Api<Node> = Api::all(client);
     loop {
-        tokio::time::sleep(Duration::from_secs(20)).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
         if let Err(e) = update(&api, &cfg).await {
             warn!("node heartbeat failed: {e}");
         }

@@ -2,6 +2,8 @@
 //! temporary namespace per test (removed afterwards), `kubectl` as a user would run it, and
 //! polling helpers. A missing cluster is a loud failure that names the command to start it.
 
+pub mod workload;
+
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::Client;

@@ -1,0 +1,772 @@
+//! Faults below the operator (tests/faults.sh): kube-apiserver restarted hard and gracefully and
+//! paused, etcd restarted and compacted (so that watches must re-list from "too old resource
+//! version"), a node lost with an operation's pod on it, and a full state-backend disk, while
+//! Stacks go through revisions. Faults strike at random moments and at the dangerous ones: right
+//! after a Stack claims an operation (before or as its Update is created), right after an
+//! operation's Job is created, when Pulumi has ended and the outputs are handed over, and during
+//! destroys. It asserts the invariants of tests/e2e_chaos.rs (never two operations of one Stack
+//! at once, no trigger applied twice, every Stack at its last revision, no stack lock left, no
+//! retained workspace lost) and also that no Update is left without an end, that the operator
+//! process was never restarted, and how long each fault took to recover from. It prints a
+//! table: fault × moment × count × outcome × recovery time, and the operator's memory and
+//! threads before, during and after a long apiserver pause. A longer run by hand:
+//!
+//!     FAULT_STACKS=9 FAULT_ROUNDS=6 FAULT_SEED=42 cargo test --test e2e_faults -- --nocapture
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use pulumi_operator_api::{Stack, StackUpdateStateMessage, Update};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use test_support::workload::{
+    git_program, kind, observe, program_object, stack_object, stack_object_with, Kind,
+    Observations, Rng,
+};
+use test_support::{
+    kubectl, last_update, output_value, repo_root, stack_ready, wait_until, StackFixture,
+    OPERATOR_NAMESPACE,
+};
+use tokio::sync::broadcast;
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Runs tests/faults.sh with `args`; panics with its output if it fails.
+async fn inject(args: &[&str]) -> Duration {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let started = Instant::now();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(repo_root().join("tests/faults.sh"))
+            .args(&args)
+            .output()
+            .map(|o| (o.status.success(), args, o))
+    })
+    .await
+    .expect("faults.sh task")
+    .expect("faults.sh runs");
+    let (ok, args, o) = out;
+    assert!(
+        ok,
+        "tests/faults.sh {args:?} failed: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    started.elapsed()
+}
+
+/// The faults that strike while operations run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Fault {
+    ApiserverHardRestart,
+    ApiserverGracefulRestart,
+    ApiserverPause,
+    EtcdRestart,
+    EtcdCompact,
+}
+
+const FAULTS: [Fault; 5] = [
+    Fault::ApiserverHardRestart,
+    Fault::ApiserverGracefulRestart,
+    Fault::ApiserverPause,
+    Fault::EtcdRestart,
+    Fault::EtcdCompact,
+];
+
+impl Fault {
+    async fn strike(self, pause_seconds: u64) -> Duration {
+        let pause = pause_seconds.to_string();
+        match self {
+            Fault::ApiserverHardRestart => inject(&["apiserver-restart", "hard"]).await,
+            Fault::ApiserverGracefulRestart => inject(&["apiserver-restart", "graceful"]).await,
+            Fault::ApiserverPause => inject(&["apiserver-pause", &pause]).await,
+            Fault::EtcdRestart => inject(&["etcd-restart"]).await,
+            Fault::EtcdCompact => inject(&["etcd-compact"]).await,
+        }
+    }
+}
+
+/// The dangerous moments a fault is aimed at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Moment {
+    /// At a random time.
+    Random,
+    /// A Stack has just claimed an operation (`status.currentUpdate` names a new Update).
+    Claim,
+    /// An operation's Job has just been created (its pod has not started).
+    JobCreated,
+    /// Pulumi has ended; the operator reads the result and the outputs from the pod.
+    OutputsHandOver,
+    /// A destroy has just started.
+    Destroy,
+}
+
+/// Watches the namespace and announces each dangerous moment as it happens.
+fn announce_moments(client: kube::Client, ns: &str, tx: broadcast::Sender<Moment>) {
+    let stacks: Api<Stack> = Api::namespaced(client.clone(), ns);
+    let sender = tx.clone();
+    tokio::spawn(async move {
+        let mut seen = BTreeSet::new();
+        let mut events = watcher(stacks, watcher::Config::default()).boxed();
+        while let Some(ev) = events.next().await {
+            let Ok(watcher::Event::Apply(s)) = ev else {
+                continue;
+            };
+            let current = s
+                .status
+                .as_ref()
+                .and_then(|st| st.current_update.as_ref())
+                .and_then(|c| c.name.clone());
+            if let Some(name) = current {
+                if seen.insert(name) {
+                    let _ = sender.send(Moment::Claim);
+                }
+            }
+        }
+    });
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    let sender = tx.clone();
+    tokio::spawn(async move {
+        let mut seen = BTreeSet::new();
+        let cfg = watcher::Config::default().labels("auto.pulumi.com/update-name");
+        let mut events = watcher(jobs, cfg).boxed();
+        while let Some(ev) = events.next().await {
+            if let Ok(watcher::Event::Apply(j)) = ev {
+                if seen.insert(j.name_any()) {
+                    let _ = sender.send(Moment::JobCreated);
+                }
+            }
+        }
+    });
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let sender = tx.clone();
+    tokio::spawn(async move {
+        let mut seen = BTreeSet::new();
+        let cfg = watcher::Config::default().labels("auto.pulumi.com/update-name");
+        let mut events = watcher(pods, cfg).boxed();
+        while let Some(ev) = events.next().await {
+            let Ok(watcher::Event::Apply(p)) = ev else {
+                continue;
+            };
+            let pulumi_ended = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c.name == "pulumi"
+                            && c.state.as_ref().is_some_and(|s| s.terminated.is_some())
+                    })
+                });
+            if pulumi_ended && seen.insert(p.name_any()) {
+                let _ = sender.send(Moment::OutputsHandOver);
+            }
+        }
+    });
+    let updates: Api<Update> = Api::namespaced(client, ns);
+    tokio::spawn(async move {
+        let mut seen = BTreeSet::new();
+        let mut events = watcher(updates, watcher::Config::default()).boxed();
+        while let Some(ev) = events.next().await {
+            let Ok(watcher::Event::Apply(u)) = ev else {
+                continue;
+            };
+            let destroy = u.spec.update_type.as_ref().map(|t| t.as_str()) == Some("destroy");
+            if destroy && seen.insert(u.name_any()) {
+                let _ = tx.send(Moment::Destroy);
+            }
+        }
+    });
+}
+
+/// One row of the printed table.
+#[derive(Default)]
+struct Row {
+    count: usize,
+    fault_seconds: Vec<f64>,
+    recovery_seconds: Vec<f64>,
+    outcome: BTreeSet<String>,
+}
+
+type Table = Arc<Mutex<BTreeMap<(String, String), Row>>>;
+
+fn record(table: &Table, fault: &str, moment: &str, took: Duration, recovery: Option<f64>) {
+    if let Ok(mut t) = table.lock() {
+        let row = t
+            .entry((fault.to_string(), moment.to_string()))
+            .or_default();
+        row.count += 1;
+        row.fault_seconds.push(took.as_secs_f64());
+        row.recovery_seconds.extend(recovery);
+    }
+}
+
+fn set_outcome(table: &Table, fault: &str, outcome: &str) {
+    if let Ok(mut t) = table.lock() {
+        for ((f, _), row) in t.iter_mut() {
+            if f == fault {
+                row.outcome.insert(outcome.to_string());
+            }
+        }
+    }
+}
+
+fn print_table(table: &Table) {
+    let Ok(t) = table.lock() else { return };
+    println!(
+        "\n{:<28} {:<16} {:>5} {:>10} {:>14}  outcome",
+        "fault", "moment", "count", "fault s", "recovery s"
+    );
+    let max = |v: &[f64]| v.iter().cloned().fold(f64::NAN, f64::max);
+    for ((fault, moment), row) in t.iter() {
+        let recovery = if row.recovery_seconds.is_empty() {
+            "-".to_string()
+        } else {
+            format!("{:.0} (max)", max(&row.recovery_seconds))
+        };
+        println!(
+            "{fault:<28} {moment:<16} {:>5} {:>10.1} {recovery:>14}  {}",
+            row.count,
+            max(&row.fault_seconds),
+            row.outcome.iter().cloned().collect::<Vec<_>>().join(", ")
+        );
+    }
+}
+
+/// The operator's pods: (name, uid, restart count of the operator container).
+fn operator_pods() -> BTreeSet<String> {
+    kubectl(&[
+        "-n",
+        OPERATOR_NAMESPACE,
+        "get",
+        "pods",
+        "-l",
+        "app.kubernetes.io/name=pulumi-operator",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.metadata.uid} {.status.containerStatuses[?(@.name==\"operator\")].restartCount}{\"\\n\"}{end}",
+    ])
+    .lines()
+    .map(str::to_string)
+    .collect()
+}
+
+/// The operator process's resident memory (KiB) and threads, read from /proc: the test node
+/// runs pods as local processes, so this works while the API server does not answer.
+fn operator_usage() -> Option<(u64, u64)> {
+    let pid = test_support::processes().into_iter().find(|p| {
+        p.argv
+            .first()
+            .is_some_and(|a| a.ends_with("/pulumi-operator"))
+    })?;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.pid)).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+    };
+    Some((field("VmRSS:")?, field("Threads:")?))
+}
+
+/// Every Stack of the fleet at `expected` (and `sha` for git Stacks), Ready, of this generation.
+async fn wait_converged(f: &StackFixture, stacks: usize, expected: &str, sha: &str, limit: u64) {
+    let api: Api<Stack> = f.stacks();
+    let started = Instant::now();
+    loop {
+        let mut pending = Vec::new();
+        for i in 0..stacks {
+            match api.get(&format!("s{i}")).await {
+                Ok(s)
+                    if stack_ready(&s)
+                        && output_value(&s) == expected
+                        && (kind(i) == Kind::Program
+                            || last_update(&s).last_successful_commit.as_deref() == Some(sha))
+                        && last_update(&s).generation == s.metadata.generation => {}
+                Ok(s) => pending.push(format!(
+                    "s{i}: ready={} output={:?} last={:?}",
+                    stack_ready(&s),
+                    output_value(&s),
+                    last_update(&s)
+                )),
+                Err(e) => pending.push(format!("s{i}: {e}")),
+            }
+        }
+        if pending.is_empty() {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(limit),
+            "stacks did not converge to {expected} in {limit}s: {pending:#?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Applies revision `round` to every Stack of the fleet; returns the commit.
+fn apply_round(f: &StackFixture, stacks: usize, round: usize) -> String {
+    let sha = f.repo.commit(
+        &[("Pulumi.yaml", &git_program(round, 2))],
+        &format!("round {round}"),
+    );
+    for i in 0..stacks {
+        if kind(i) == Kind::Program {
+            f.sn.ns.apply(&program_object(&format!("prog-{i}"), round));
+        }
+        f.sn.ns.apply(&stack_object(f, i, &sha));
+    }
+    sha
+}
+
+/// Strikes at random moments and at the dangerous ones until `stop`.
+fn strike_in_background(
+    seed: u64,
+    moments: broadcast::Sender<Moment>,
+    table: Table,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<usize> {
+    tokio::spawn(async move {
+        let mut rng = Rng(seed);
+        let mut strikes = 0;
+        let aimed = [
+            Moment::Random,
+            Moment::Claim,
+            Moment::JobCreated,
+            Moment::OutputsHandOver,
+            Moment::Destroy,
+        ];
+        while !stop.load(Ordering::Relaxed) {
+            let moment = aimed[rng.below(aimed.len() as u64) as usize];
+            let fault = FAULTS[rng.below(FAULTS.len() as u64) as usize];
+            if moment == Moment::Random {
+                tokio::time::sleep(Duration::from_millis(2000 + rng.below(6000))).await;
+            } else {
+                let mut rx = moments.subscribe();
+                let wait = async {
+                    loop {
+                        match rx.recv().await {
+                            Ok(m) if m == moment => return true,
+                            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                            Err(_) => return false,
+                        }
+                    }
+                };
+                match tokio::time::timeout(Duration::from_secs(20), wait).await {
+                    Ok(true) => {}
+                    _ => continue,
+                }
+            }
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let took = fault.strike(4 + rng.below(8)).await;
+            record(
+                &table,
+                &format!("{fault:?}"),
+                &format!("{moment:?}"),
+                took,
+                None,
+            );
+            strikes += 1;
+        }
+        strikes
+    })
+}
+
+/// What no fault may break, checked from the observations and the cluster at the end.
+fn assert_invariants(obs: &Arc<Mutex<Observations>>, f: &StackFixture) {
+    let o = obs.lock().expect("observations");
+    assert!(
+        o.overlaps.is_empty(),
+        "two operations of one Stack ran at once: {:#?}",
+        o.overlaps
+    );
+    let duplicates: Vec<String> = o
+        .succeeded
+        .iter()
+        .filter(|(_, names)| names.len() > 1)
+        .map(|(t, n)| format!("{t}: {n:?}"))
+        .collect();
+    assert!(
+        duplicates.is_empty(),
+        "a trigger succeeded more than once: {duplicates:#?}"
+    );
+    assert!(
+        o.retained_deleted.is_empty(),
+        "retained workspaces or cache claims were deleted while their Stacks lived: {:?}",
+        o.retained_deleted
+    );
+    assert_eq!(f.lock_files(), 0, "no stack is left locked");
+}
+
+/// Every Update of the namespace has ended (`Complete=True`).
+fn assert_no_update_stranded(ns: &str) {
+    let complete = kubectl(&[
+        "-n",
+        ns,
+        "get",
+        "updates",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Complete\")].status}{\"\\n\"}{end}",
+    ]);
+    let stranded: Vec<&str> = complete.lines().filter(|l| !l.ends_with("=True")).collect();
+    assert!(
+        stranded.is_empty(),
+        "Updates left without an end: {stranded:?} (of {} Updates)",
+        complete.lines().count()
+    );
+}
+
+#[tokio::test]
+async fn faults_below_the_operator_lose_nothing() {
+    let stacks = env_or("FAULT_STACKS", 6).max(3);
+    let rounds = env_or("FAULT_ROUNDS", 3).max(1);
+    let seed = std::env::var("FAULT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(7)
+                | 1
+        });
+    println!("faults: {stacks} stacks, {rounds} revisions under random faults, seed {seed}");
+    let started = Instant::now();
+    let f = StackFixture::new("faults").await;
+    let ns = f.ns().to_string();
+    let operators_before = operator_pods();
+    let obs = Arc::new(Mutex::new(Observations::default()));
+    let stop_watch = Arc::new(AtomicBool::new(false));
+    let stop_retained = Arc::new(AtomicBool::new(false));
+    observe(
+        f.sn.ns.client.clone(),
+        &ns,
+        obs.clone(),
+        stop_watch.clone(),
+        stop_retained.clone(),
+    );
+    let (moments, _) = broadcast::channel(256);
+    announce_moments(f.sn.ns.client.clone(), &ns, moments.clone());
+    let table: Table = Arc::default();
+
+    // 1. Revisions under faults at random and at the dangerous moments.
+    let stop_faults = Arc::new(AtomicBool::new(false));
+    let striker = strike_in_background(seed, moments.clone(), table.clone(), stop_faults.clone());
+    let mut rng = Rng(seed.rotate_left(17) | 1);
+    let mut sha = String::new();
+    for round in 1..=rounds {
+        sha = apply_round(&f, stacks, round);
+        tokio::time::sleep(Duration::from_millis(8000 + rng.below(8000))).await;
+    }
+    stop_faults.store(true, Ordering::Relaxed);
+    let strikes = striker.await.unwrap_or(0);
+    wait_converged(&f, stacks, &format!("round-{rounds}"), &sha, 600).await;
+    for fault in FAULTS {
+        set_outcome(&table, &format!("{fault:?}"), "converged");
+    }
+    println!(
+        "faults: {strikes} faults during {rounds} revisions; converged after {:.0}s",
+        started.elapsed().as_secs_f64()
+    );
+
+    // 2. Each fault once more on a revision in flight, timed from the fault's end to every
+    //    Stack Ready at that revision; the operator's memory and threads around a long pause.
+    let mut round = rounds;
+    for fault in FAULTS {
+        round += 1;
+        let sha = apply_round(&f, stacks, round);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let took = fault.strike(20).await;
+        let ended = Instant::now();
+        wait_converged(&f, stacks, &format!("round-{round}"), &sha, 600).await;
+        let recovery = ended.elapsed().as_secs_f64();
+        record(
+            &table,
+            &format!("{fault:?}"),
+            "InFlight",
+            took,
+            Some(recovery),
+        );
+    }
+    pressure(&table).await;
+
+    // 3. Destroys under faults.
+    let stop_faults = Arc::new(AtomicBool::new(false));
+    let striker = strike_in_background(
+        seed ^ 0x5eed,
+        moments.clone(),
+        table.clone(),
+        stop_faults.clone(),
+    );
+    stop_retained.store(true, Ordering::Relaxed);
+    assert_no_update_stranded(&ns);
+    for i in 0..stacks {
+        kubectl(&[
+            "-n",
+            &ns,
+            "delete",
+            "stack",
+            &format!("s{i}"),
+            "--wait=false",
+        ]);
+    }
+    wait_until(
+        Duration::from_secs(600),
+        "every Stack destroyed and gone",
+        || async {
+            kubectl(&["-n", &ns, "get", "stacks", "-o", "name"])
+                .trim()
+                .is_empty()
+        },
+    )
+    .await;
+    stop_faults.store(true, Ordering::Relaxed);
+    striker.await.ok();
+    stop_watch.store(true, Ordering::Relaxed);
+    set_outcome(&table, "EtcdCompact", "destroyed");
+    assert_invariants(&obs, &f);
+    assert_eq!(
+        operator_pods(),
+        operators_before,
+        "the operator was restarted or replaced (name uid restarts)"
+    );
+    print_table(&table);
+    println!("faults: {:.0}s in all", started.elapsed().as_secs_f64());
+}
+
+/// The operator's resident memory and threads before, during and after a 30 s apiserver pause
+/// with every Stack triggered; asserts that they stay bounded.
+async fn pressure(table: &Table) {
+    let sample = || operator_usage().unwrap_or((0, 0));
+    let before = sample();
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let samples = samples.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                if let (Some(u), Ok(mut s)) = (operator_usage(), samples.lock()) {
+                    s.push(u);
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    let took = Fault::ApiserverPause.strike(30).await;
+    stop.store(true, Ordering::Relaxed);
+    sampler.await.ok();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let after = sample();
+    let during = samples.lock().map(|s| s.clone()).unwrap_or_default();
+    let peak_rss = during.iter().map(|s| s.0).max().unwrap_or(0);
+    let peak_threads = during.iter().map(|s| s.1).max().unwrap_or(0);
+    println!(
+        "faults: operator under a 30 s apiserver pause: RSS {} KiB before, {peak_rss} KiB peak, {} KiB 20 s after; threads {} before, {peak_threads} peak, {} after",
+        before.0, after.0, before.1, after.1
+    );
+    record(table, "ApiserverPause", "Pressure30s", took, None);
+    assert!(before.0 > 0, "the operator process was found");
+    assert!(
+        peak_rss <= before.0 * 3 / 2 + 32 * 1024,
+        "the operator's memory grew from {} to {peak_rss} KiB while the API server was paused",
+        before.0
+    );
+    assert!(
+        peak_threads <= before.1 + 16,
+        "the operator's threads grew from {} to {peak_threads} while the API server was paused",
+        before.1
+    );
+}
+
+/// The Stacks of the node-loss test run on a node of their own, which is lost mid-operation.
+const LOST_NODE: &str = "fault-a";
+
+fn on_lost_node() -> String {
+    format!(
+        "  workspaceTemplate:\n    spec:\n      podTemplate:\n        spec:\n          nodeSelector: {{pulumi-operator-rs.test/node: {LOST_NODE}}}\n          tolerations: [{{key: pulumi-operator-rs.test/faults, operator: Exists}}]\n"
+    )
+}
+
+/// Removes the extra node even when the test fails.
+struct ExtraNode;
+impl Drop for ExtraNode {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(repo_root().join("tests/faults.sh"))
+            .args(["node-remove", LOST_NODE])
+            .output();
+    }
+}
+
+#[tokio::test]
+async fn an_operation_lost_with_its_node_fails_in_bounded_time_and_is_retried() {
+    let f = StackFixture::new("nodeloss").await;
+    let ns = f.ns().to_string();
+    inject(&["node-add", LOST_NODE]).await;
+    let _node = ExtraNode;
+    // s0: a `Delete` stack; s1: a `Retain` stack (kind() of 0 and 1), both on the lost node,
+    // each in a long operation when the node goes.
+    let sha = f
+        .repo
+        .commit(&[("Pulumi.yaml", &git_program(1, 600))], "a long operation");
+    for i in 0..2 {
+        f.sn.ns
+            .apply(&stack_object_with(&f, i, &sha, &on_lost_node()));
+    }
+    for i in 0..2 {
+        f.running_runner_pod(&format!("s{i}")).await;
+    }
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(f.sn.ns.client.clone(), &ns);
+    let cache_claims = || async {
+        claims
+            .list(&Default::default())
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .map(|c| format!("{}/{}", c.name_any(), c.uid().unwrap_or_default()))
+                    .collect::<BTreeSet<_>>()
+            })
+            .unwrap_or_default()
+    };
+    let claims_before = cache_claims().await;
+    let lost_at = Instant::now();
+    inject(&["node-down", LOST_NODE]).await;
+    // The node goes NotReady after 20 s and its pods are evicted 30 s later (the local
+    // cluster's settings); the operator then ends each operation at once.
+    for i in 0..2 {
+        let s = f
+            .wait_stack_for(
+                Duration::from_secs(180),
+                &format!("s{i}"),
+                "the lost operation to fail",
+                |s| {
+                    last_update(s).state == Some(StackUpdateStateMessage::Failed)
+                        && last_update(s)
+                            .message
+                            .is_some_and(|m| m.contains("was lost with node"))
+                },
+            )
+            .await;
+        let message = last_update(&s).message.unwrap_or_default();
+        assert!(
+            message.contains(LOST_NODE) && message.contains("runs it again"),
+            "the failure names the node: {message}"
+        );
+        println!(
+            "nodeloss: s{i} failed {:.0}s after the node was lost: {message}",
+            lost_at.elapsed().as_secs_f64()
+        );
+    }
+    // The retry waits for a node it may run on; the node comes back, the retry clears the
+    // lost pod's stack lock and finishes (a short program now).
+    let sha = f
+        .repo
+        .commit(&[("Pulumi.yaml", &git_program(2, 1))], "short");
+    for i in 0..2 {
+        f.sn.ns
+            .apply(&stack_object_with(&f, i, &sha, &on_lost_node()));
+    }
+    inject(&["node-up", LOST_NODE]).await;
+    for i in 0..2 {
+        f.wait_stack_for(
+            Duration::from_secs(300),
+            &format!("s{i}"),
+            "Ready again",
+            |s| stack_ready(s) && output_value(s) == "round-2",
+        )
+        .await;
+    }
+    assert_eq!(f.lock_files(), 0, "no stack is left locked");
+    assert_eq!(
+        cache_claims().await,
+        claims_before,
+        "the retained workspace kept its cache claim"
+    );
+    assert_no_update_stranded(&ns);
+    for i in 0..2 {
+        kubectl(&[
+            "-n",
+            &ns,
+            "delete",
+            "stack",
+            &format!("s{i}"),
+            "--wait=false",
+        ]);
+    }
+    wait_until(Duration::from_secs(300), "the Stacks destroyed", || async {
+        kubectl(&["-n", &ns, "get", "stacks", "-o", "name"])
+            .trim()
+            .is_empty()
+    })
+    .await;
+}
+
+/// Unmounts the small disk even when the test fails.
+struct SmallDisk(std::path::PathBuf);
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let dir = self.0.display().to_string();
+        let _ = std::process::Command::new(repo_root().join("tests/faults.sh"))
+            .args(["disk-unmount", &dir])
+            .output();
+    }
+}
+
+#[tokio::test]
+async fn a_full_state_disk_fails_the_update_readably_and_the_next_one_succeeds() {
+    let f = StackFixture::new("diskfull").await;
+    let dir = f.sn.backend_dir.display().to_string();
+    inject(&["disk-mount", &dir, "16m"]).await;
+    let _disk = SmallDisk(f.sn.backend_dir.clone());
+    let sha = f.repo.commit(&[("Pulumi.yaml", &git_program(1, 1))], "one");
+    f.sn.ns.apply(&stack_object(&f, 0, &sha));
+    f.wait_stack("s0", "deployed", |s| {
+        stack_ready(s) && output_value(s) == "round-1"
+    })
+    .await;
+    inject(&["disk-fill", &dir]).await;
+    let sha = f.repo.commit(&[("Pulumi.yaml", &git_program(2, 1))], "two");
+    f.sn.ns.apply(&stack_object(&f, 0, &sha));
+    let s = f
+        .wait_stack("s0", "the update to fail on the full disk", |s| {
+            last_update(s).state == Some(StackUpdateStateMessage::Failed)
+                && last_update(s).last_attempted_commit.as_deref() == Some(sha.as_str())
+        })
+        .await;
+    let message = last_update(&s).message.unwrap_or_default();
+    println!("diskfull: {message}");
+    assert!(
+        message.contains("no space left on device"),
+        "the failure says why: {message}"
+    );
+    inject(&["disk-free", &dir]).await;
+    let freed = Instant::now();
+    loop {
+        let s = f.stack("s0").await;
+        if stack_ready(&s) && output_value(&s) == "round-2" {
+            break;
+        }
+        assert!(
+            freed.elapsed() < Duration::from_secs(300),
+            "the retry did not succeed once the disk had room: {:?}",
+            s.status
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    println!(
+        "diskfull: Ready {:.0}s after the disk had room",
+        freed.elapsed().as_secs_f64()
+    );
+    assert_eq!(f.lock_files(), 0, "no stack is left locked");
+    kubectl(&["-n", f.ns(), "delete", "stack", "s0"]);
+}

@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# Test-only fault injector for the local cluster (tests/local-cluster.sh): it breaks what lies
+# below the operator, as production does, for tests/e2e_faults.rs and by hand. Never shipped.
+#
+#   tests/faults.sh apiserver-restart hard|graceful   SIGKILL (or SIGTERM) kube-apiserver, start it
+#                                                    again with its own command line, wait for /readyz
+#   tests/faults.sh apiserver-pause SECONDS           SIGSTOP kube-apiserver for SECONDS, then SIGCONT:
+#                                                    calls hang and time out instead of failing fast
+#   tests/faults.sh etcd-restart                      SIGKILL etcd and start it again on the same data
+#   tests/faults.sh etcd-compact                      compact etcd's history to its current revision
+#                                                    and defragment it: every watch resuming from an
+#                                                    older resourceVersion gets "too old resource version"
+#   tests/faults.sh node-add NAME                     a second node: another node agent, registered as
+#                                                    NAME, tainted pulumi-operator-rs.test/faults=NAME:
+#                                                    NoSchedule (only pods that tolerate it go there) and
+#                                                    labelled pulumi-operator-rs.test/node=NAME. A lost
+#                                                    node's pods are evicted only while another node is
+#                                                    Ready: the node lifecycle controller stops evicting
+#                                                    when every node of a zone is down
+#   tests/faults.sh node-down [NAME]                  the node is lost: SIGKILL its agent (the kernel
+#                                                    kills its pods' processes with it); the node goes
+#                                                    NotReady after the node-monitor grace period and
+#                                                    the node lifecycle controller evicts its pods
+#   tests/faults.sh node-up [NAME]                    the node comes back (the agent starts again and
+#                                                    finds its pods' processes gone)
+#   tests/faults.sh node-remove NAME                  stop NAME's agent and delete the Node
+#   tests/faults.sh disk-mount DIR SIZE               a tmpfs of SIZE (e.g. 8m) at DIR (a file backend)
+#   tests/faults.sh disk-fill DIR                     fill DIR's filesystem to the last byte
+#   tests/faults.sh disk-free DIR                     remove what disk-fill wrote
+#   tests/faults.sh disk-unmount DIR                  unmount the tmpfs
+#
+# Every command exits 0 once the fault is in place (or over), non-zero with a reason otherwise.
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+STATE_DIR="${LOCAL_CLUSTER_DIR:-$REPO_ROOT/.local-cluster}"
+
+log() { echo "faults: $*" >&2; }
+die() { echo "faults: ERROR: $*" >&2; exit 1; }
+
+[ -d "$STATE_DIR/pids" ] || die "no local cluster in $STATE_DIR; start it with: tests/local-cluster.sh up"
+
+pid_of() { cat "$STATE_DIR/pids/$1" 2>/dev/null || die "no pid recorded for $1"; }
+
+alive() { kill -0 "$1" 2>/dev/null; }
+
+stop_process() { # name, signal → the process has exited
+  local name=$1 sig=$2 pid
+  pid="$(pid_of "$name")"
+  alive "$pid" || { log "$name (pid $pid) was not running"; return 0; }
+  # A stopped process must be continued to act on SIGTERM.
+  kill -CONT "$pid" 2>/dev/null || true
+  kill "-$sig" "$pid" 2>/dev/null || true
+  # kube-apiserver drains its requests for up to its request timeout (60 s).
+  local start=$SECONDS
+  for _ in $(seq 1 700); do
+    alive "$pid" || { log "$name stopped $((SECONDS - start))s after SIG$sig"; return 0; }
+    sleep 0.1
+  done
+  log "$name (pid $pid) did not stop within 70s of SIG$sig; SIGKILL"
+  kill -KILL "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do alive "$pid" || return 0; sleep 0.1; done
+  die "$name (pid $pid) does not stop"
+}
+
+start_process() { # name → started again with the command line local-cluster.sh recorded
+  local name=$1 cmd
+  cmd="$(cat "$STATE_DIR/cmds/$name" 2>/dev/null)" || die "no command line recorded for $name (restart the cluster: tests/local-cluster.sh down && tests/local-cluster.sh up)"
+  echo "--- restarted by tests/faults.sh at $(date -u +%FT%TZ)" >>"$STATE_DIR/logs/$name.log"
+  eval "nohup $cmd >>\"\$STATE_DIR/logs/\$name.log\" 2>&1 &"
+  echo $! >"$STATE_DIR/pids/$name"
+}
+
+kubectl_admin() { kubectl --kubeconfig "$STATE_DIR/kubeconfig" "$@"; }
+
+wait_api_ready() {
+  for _ in $(seq 1 900); do
+    kubectl_admin get --raw /readyz >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  die "kube-apiserver is not ready 90s after the fault (logs: $STATE_DIR/logs/apiserver.log)"
+}
+
+etcd_url() { # the client URL from etcd's recorded command line
+  grep -o -- '--listen-client-urls [^ ]*' "$STATE_DIR/cmds/etcd" | cut -d' ' -f2
+}
+
+etcd_post() { # path, JSON body → the response (etcd's gRPC gateway)
+  curl -sS --fail --max-time 60 -X POST -d "$2" "$(etcd_url)$1"
+}
+
+wait_etcd() {
+  for _ in $(seq 1 300); do
+    etcd_post /v3/kv/range '{"key":"AA=="}' >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  die "etcd does not answer 30s after its restart (logs: $STATE_DIR/logs/etcd.log)"
+}
+
+node_ready() { # node name
+  [ "$(kubectl_admin get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+}
+
+agent_of() { # node name → the name its agent's pid and command line are recorded under
+  if [ "$1" = local-node ]; then echo node-agent; else echo "node-agent-$1"; fi
+}
+
+wait_node_ready() { # node name
+  for _ in $(seq 1 600); do node_ready "$1" && return 0; sleep 0.1; done
+  die "node $1 is not Ready 60s after its agent started (logs: $STATE_DIR/logs/$(agent_of "$1").log)"
+}
+
+case "${1:-}" in
+  apiserver-restart)
+    case "${2:-}" in
+      hard) sig=KILL ;;
+      graceful) sig=TERM ;;
+      *) die "usage: $0 apiserver-restart hard|graceful" ;;
+    esac
+    stop_process apiserver "$sig"
+    start_process apiserver
+    wait_api_ready
+    log "kube-apiserver restarted ($2)"
+    ;;
+  apiserver-pause)
+    secs="${2:?usage: $0 apiserver-pause SECONDS}"
+    pid="$(pid_of apiserver)"
+    kill -STOP "$pid"
+    sleep "$secs"
+    kill -CONT "$pid"
+    wait_api_ready
+    log "kube-apiserver paused for ${secs}s"
+    ;;
+  etcd-restart)
+    stop_process etcd KILL
+    start_process etcd
+    wait_etcd
+    wait_api_ready
+    log "etcd restarted"
+    ;;
+  etcd-compact)
+    revision="$(etcd_post /v3/kv/range '{"key":"AA=="}' | jq -r '.header.revision')"
+    [ -n "$revision" ] && [ "$revision" != null ] || die "cannot read etcd's revision"
+    etcd_post /v3/kv/compaction "{\"revision\":\"$revision\",\"physical\":true}" >/dev/null
+    etcd_post /v3/maintenance/defragment '{}' >/dev/null
+    log "etcd compacted to revision $revision and defragmented"
+    ;;
+  node-add)
+    node="${2:?usage: $0 node-add NAME}" agent="$(agent_of "${2:-}")"
+    [ "$node" != local-node ] || die "local-node is the cluster's own node"
+    port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    # The first agent's command line with another name and port. The state directory is
+    # shared: claims are directories under it, so a workspace keeps its cache on either node.
+    sed -E "s/--node-name local-node/--node-name $node/; s/--port [0-9]+/--port $port/" \
+      "$STATE_DIR/cmds/node-agent" >"$STATE_DIR/cmds/$agent"
+    start_process "$agent"
+    for _ in $(seq 1 600); do kubectl_admin get node "$node" >/dev/null 2>&1 && break; sleep 0.1; done
+    kubectl_admin taint node "$node" "pulumi-operator-rs.test/faults=$node:NoSchedule" --overwrite >/dev/null
+    kubectl_admin label node "$node" "pulumi-operator-rs.test/node=$node" --overwrite >/dev/null
+    wait_node_ready "$node"
+    log "node $node added (its agent listens on 127.0.0.1:$port)"
+    ;;
+  node-down)
+    node="${2:-local-node}"
+    stop_process "$(agent_of "$node")" KILL
+    log "node $node lost with its pods; it goes NotReady after the grace period"
+    ;;
+  node-up)
+    node="${2:-local-node}" agent="$(agent_of "${2:-local-node}")"
+    alive "$(pid_of "$agent")" && die "the agent of node $node is running"
+    start_process "$agent"
+    wait_node_ready "$node"
+    log "node $node is back and Ready"
+    ;;
+  node-remove)
+    node="${2:?usage: $0 node-remove NAME}" agent="$(agent_of "${2:-}")"
+    [ "$node" != local-node ] || die "local-node is the cluster's own node"
+    stop_process "$agent" TERM
+    kubectl_admin delete node "$node" --wait=false >/dev/null 2>&1 || true
+    rm -f "$STATE_DIR/pids/$agent" "$STATE_DIR/cmds/$agent"
+    log "node $node removed"
+    ;;
+  disk-mount)
+    dir="${2:?usage: $0 disk-mount DIR SIZE}" size="${3:?usage: $0 disk-mount DIR SIZE}"
+    mkdir -p "$dir"
+    mount -t tmpfs -o "size=$size,mode=0777" tmpfs "$dir" || die "cannot mount a tmpfs at $dir (root is required)"
+    log "tmpfs of $size at $dir"
+    ;;
+  disk-fill)
+    dir="${2:?usage: $0 disk-fill DIR}"
+    dd if=/dev/zero of="$dir/.faults-fill" bs=64k status=none 2>/dev/null || true
+    # dd stops at ENOSPC; the last blocks go to a second file.
+    dd if=/dev/zero of="$dir/.faults-fill-tail" bs=512 status=none 2>/dev/null || true
+    log "$dir is full ($(df -h --output=avail "$dir" | tail -n1 | tr -d ' ') left)"
+    ;;
+  disk-free)
+    dir="${2:?usage: $0 disk-free DIR}"
+    rm -f "$dir/.faults-fill" "$dir/.faults-fill-tail"
+    log "$dir has room again"
+    ;;
+  disk-unmount)
+    dir="${2:?usage: $0 disk-unmount DIR}"
+    umount "$dir" || die "cannot unmount $dir"
+    ;;
+  *)
+    sed -n '2,24p' "$0" >&2
+    exit 2
+    ;;
+esac
