@@ -28,10 +28,13 @@ use test_support::workload::{
     Observations, Rng,
 };
 use test_support::{
-    kubectl, last_update, output_value, repo_root, stack_ready, wait_until, StackFixture,
-    OPERATOR_NAMESPACE,
+    kubectl, kubectl_result, kubectl_stdin, last_update, output_value, repo_root, stack_ready,
+    wait_until, StackFixture, OPERATOR_NAMESPACE,
 };
 use tokio::sync::broadcast;
+
+/// The tests of this file run one at a time: each breaks the cluster the others use.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -198,7 +201,15 @@ struct Row {
 
 type Table = Arc<Mutex<BTreeMap<(String, String), Row>>>;
 
-fn record(table: &Table, fault: &str, moment: &str, took: Duration, recovery: Option<f64>) {
+/// A fault that struck; `outcome`: what the Stacks went on to do (asserted before the table is
+/// printed).
+fn record(
+    table: &Table,
+    (fault, moment): (&str, &str),
+    took: Duration,
+    recovery: Option<f64>,
+    outcome: &str,
+) {
     if let Ok(mut t) = table.lock() {
         let row = t
             .entry((fault.to_string(), moment.to_string()))
@@ -206,16 +217,7 @@ fn record(table: &Table, fault: &str, moment: &str, took: Duration, recovery: Op
         row.count += 1;
         row.fault_seconds.push(took.as_secs_f64());
         row.recovery_seconds.extend(recovery);
-    }
-}
-
-fn set_outcome(table: &Table, fault: &str, outcome: &str) {
-    if let Ok(mut t) = table.lock() {
-        for ((f, _), row) in t.iter_mut() {
-            if f == fault {
-                row.outcome.insert(outcome.to_string());
-            }
-        }
+        row.outcome.insert(outcome.to_string());
     }
 }
 
@@ -230,7 +232,7 @@ fn print_table(table: &Table) {
         let recovery = if row.recovery_seconds.is_empty() {
             "-".to_string()
         } else {
-            format!("{:.0} (max)", max(&row.recovery_seconds))
+            format!("{:.1} (max)", max(&row.recovery_seconds))
         };
         println!(
             "{fault:<28} {moment:<16} {:>5} {:>10.1} {recovery:>14}  {}",
@@ -311,6 +313,30 @@ async fn wait_converged(f: &StackFixture, stacks: usize, expected: &str, sha: &s
     }
 }
 
+/// `kubectl` as a person or a CD tool runs it while the control plane restarts: retried until
+/// the API server takes it (up to 2 minutes).
+fn kubectl_retrying(args: &[&str], input: Option<&str>) -> String {
+    let started = Instant::now();
+    loop {
+        let (ok, out, err) = match input {
+            Some(yaml) => kubectl_stdin(args, yaml),
+            None => kubectl_result(args),
+        };
+        if ok {
+            return out;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "kubectl {args:?} failed for 2 minutes: {err}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+fn apply_retrying(f: &StackFixture, yaml: &str) {
+    kubectl_retrying(&["-n", f.ns(), "apply", "-f", "-"], Some(yaml));
+}
+
 /// Applies revision `round` to every Stack of the fleet; returns the commit.
 fn apply_round(f: &StackFixture, stacks: usize, round: usize) -> String {
     let sha = f.repo.commit(
@@ -319,9 +345,9 @@ fn apply_round(f: &StackFixture, stacks: usize, round: usize) -> String {
     );
     for i in 0..stacks {
         if kind(i) == Kind::Program {
-            f.sn.ns.apply(&program_object(&format!("prog-{i}"), round));
+            apply_retrying(f, &program_object(&format!("prog-{i}"), round));
         }
-        f.sn.ns.apply(&stack_object(f, i, &sha));
+        apply_retrying(f, &stack_object(f, i, &sha));
     }
     sha
 }
@@ -330,7 +356,7 @@ fn apply_round(f: &StackFixture, stacks: usize, round: usize) -> String {
 fn strike_in_background(
     seed: u64,
     moments: broadcast::Sender<Moment>,
-    table: Table,
+    (table, outcome): (Table, &'static str),
     stop: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<usize> {
     tokio::spawn(async move {
@@ -368,13 +394,8 @@ fn strike_in_background(
                 break;
             }
             let took = fault.strike(4 + rng.below(8)).await;
-            record(
-                &table,
-                &format!("{fault:?}"),
-                &format!("{moment:?}"),
-                took,
-                None,
-            );
+            let row = (format!("{fault:?}"), format!("{moment:?}"));
+            record(&table, (&row.0, &row.1), took, None, outcome);
             strikes += 1;
         }
         strikes
@@ -427,6 +448,7 @@ fn assert_no_update_stranded(ns: &str) {
 
 #[tokio::test]
 async fn faults_below_the_operator_lose_nothing() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let stacks = env_or("FAULT_STACKS", 6).max(3);
     let rounds = env_or("FAULT_ROUNDS", 3).max(1);
     let seed = std::env::var("FAULT_SEED")
@@ -460,7 +482,12 @@ async fn faults_below_the_operator_lose_nothing() {
 
     // 1. Revisions under faults at random and at the dangerous moments.
     let stop_faults = Arc::new(AtomicBool::new(false));
-    let striker = strike_in_background(seed, moments.clone(), table.clone(), stop_faults.clone());
+    let striker = strike_in_background(
+        seed,
+        moments.clone(),
+        (table.clone(), "converged"),
+        stop_faults.clone(),
+    );
     let mut rng = Rng(seed.rotate_left(17) | 1);
     let mut sha = String::new();
     for round in 1..=rounds {
@@ -470,9 +497,6 @@ async fn faults_below_the_operator_lose_nothing() {
     stop_faults.store(true, Ordering::Relaxed);
     let strikes = striker.await.unwrap_or(0);
     wait_converged(&f, stacks, &format!("round-{rounds}"), &sha, 600).await;
-    for fault in FAULTS {
-        set_outcome(&table, &format!("{fault:?}"), "converged");
-    }
     println!(
         "faults: {strikes} faults during {rounds} revisions; converged after {:.0}s",
         started.elapsed().as_secs_f64()
@@ -483,18 +507,24 @@ async fn faults_below_the_operator_lose_nothing() {
     let mut round = rounds;
     for fault in FAULTS {
         round += 1;
+        let mut rx = moments.subscribe();
         let sha = apply_round(&f, stacks, round);
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        // Strike as soon as the revision's first operation has its Job.
+        let _ = tokio::time::timeout(Duration::from_secs(30), async {
+            while !matches!(rx.recv().await, Ok(Moment::JobCreated) | Err(_)) {}
+        })
+        .await;
         let took = fault.strike(20).await;
         let ended = Instant::now();
         wait_converged(&f, stacks, &format!("round-{round}"), &sha, 600).await;
         let recovery = ended.elapsed().as_secs_f64();
+        let row = format!("{fault:?}");
         record(
             &table,
-            &format!("{fault:?}"),
-            "InFlight",
+            (&row, "InFlight"),
             took,
             Some(recovery),
+            "converged",
         );
     }
     pressure(&table).await;
@@ -504,35 +534,27 @@ async fn faults_below_the_operator_lose_nothing() {
     let striker = strike_in_background(
         seed ^ 0x5eed,
         moments.clone(),
-        table.clone(),
+        (table.clone(), "destroyed"),
         stop_faults.clone(),
     );
     stop_retained.store(true, Ordering::Relaxed);
     assert_no_update_stranded(&ns);
     for i in 0..stacks {
-        kubectl(&[
-            "-n",
-            &ns,
-            "delete",
-            "stack",
-            &format!("s{i}"),
-            "--wait=false",
-        ]);
+        let name = format!("s{i}");
+        kubectl_retrying(&["-n", &ns, "delete", "stack", &name, "--wait=false"], None);
     }
     wait_until(
         Duration::from_secs(600),
         "every Stack destroyed and gone",
         || async {
-            kubectl(&["-n", &ns, "get", "stacks", "-o", "name"])
-                .trim()
-                .is_empty()
+            let (ok, out, _) = kubectl_result(&["-n", &ns, "get", "stacks", "-o", "name"]);
+            ok && out.trim().is_empty()
         },
     )
     .await;
     stop_faults.store(true, Ordering::Relaxed);
     striker.await.ok();
     stop_watch.store(true, Ordering::Relaxed);
-    set_outcome(&table, "EtcdCompact", "destroyed");
     assert_invariants(&obs, &f);
     assert_eq!(
         operator_pods(),
@@ -574,7 +596,13 @@ async fn pressure(table: &Table) {
         "faults: operator under a 30 s apiserver pause: RSS {} KiB before, {peak_rss} KiB peak, {} KiB 20 s after; threads {} before, {peak_threads} peak, {} after",
         before.0, after.0, before.1, after.1
     );
-    record(table, "ApiserverPause", "Pressure30s", took, None);
+    record(
+        table,
+        ("ApiserverPause", "Pressure30s"),
+        took,
+        None,
+        "bounded",
+    );
     assert!(before.0 > 0, "the operator process was found");
     assert!(
         peak_rss <= before.0 * 3 / 2 + 32 * 1024,
@@ -609,6 +637,7 @@ impl Drop for ExtraNode {
 
 #[tokio::test]
 async fn an_operation_lost_with_its_node_fails_in_bounded_time_and_is_retried() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let f = StackFixture::new("nodeloss").await;
     let ns = f.ns().to_string();
     inject(&["node-add", LOST_NODE]).await;
@@ -724,6 +753,7 @@ impl Drop for SmallDisk {
 
 #[tokio::test]
 async fn a_full_state_disk_fails_the_update_readably_and_the_next_one_succeeds() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let f = StackFixture::new("diskfull").await;
     let dir = f.sn.backend_dir.display().to_string();
     inject(&["disk-mount", &dir, "16m"]).await;

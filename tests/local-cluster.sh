@@ -81,6 +81,26 @@ start_bg() { # name, command... (the command line is kept, for tests/faults.sh t
   echo $! >"$STATE_DIR/pids/$name"
 }
 
+supervise() { # name, command... : started again whenever it exits, as the kubelet restarts a
+  # control-plane static pod (kube-scheduler exits on purpose when its cache is inconsistent,
+  # e.g. after an apiserver restart, and relies on that)
+  local name=$1; shift
+  mkdir -p "$STATE_DIR/cmds"
+  printf '%q ' "$@" >"$STATE_DIR/cmds/$name"
+  (
+    child=""
+    trap '[ -z "$child" ] || kill -TERM "$child" 2>/dev/null; wait; exit 0' TERM INT
+    while :; do
+      "$@" &
+      child=$!
+      wait "$child" && status=0 || status=$?
+      echo "--- $name exited ($status); started again by local-cluster.sh in 1s"
+      sleep 1
+    done
+  ) >>"$STATE_DIR/logs/$name.log" 2>&1 &
+  echo $! >"$STATE_DIR/pids/$name"
+}
+
 wait_for() { # seconds, description, command...
   local secs=$1 what=$2; shift 2
   local deadline=$((SECONDS + secs))
@@ -230,7 +250,7 @@ KC
   # pods are evicted once their default toleration (30 s here, set on the apiserver; 300 s by
   # default) ends. The node agent posts its status every 5 s.
   log "starting kube-controller-manager"
-  start_bg controller-manager "$TOOLS_BIN/kube-controller-manager" --kubeconfig="$STATE_DIR/kubeconfig" \
+  supervise controller-manager "$TOOLS_BIN/kube-controller-manager" --kubeconfig="$STATE_DIR/kubeconfig" \
     --service-account-private-key-file="$STATE_DIR/pki/sa.key" --root-ca-file="$STATE_DIR/certs/apiserver.crt" \
     --use-service-account-credentials=true --leader-elect=false --bind-address=127.0.0.1 \
     --secure-port="$KCM_PORT" \
@@ -238,7 +258,7 @@ KC
     --controllers='*,-node-ipam-controller' --node-monitor-grace-period=20s
 
   log "starting kube-scheduler"
-  start_bg scheduler "$TOOLS_BIN/kube-scheduler" --kubeconfig="$STATE_DIR/kubeconfig" \
+  supervise scheduler "$TOOLS_BIN/kube-scheduler" --kubeconfig="$STATE_DIR/kubeconfig" \
     --authentication-kubeconfig="$STATE_DIR/kubeconfig" --authorization-kubeconfig="$STATE_DIR/kubeconfig" \
     --leader-elect=false --bind-address=127.0.0.1 --secure-port="$SCHED_PORT" \
     --kube-api-qps=200 --kube-api-burst=400

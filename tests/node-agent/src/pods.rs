@@ -205,7 +205,28 @@ impl Agent {
                     changed
                 });
             }
-            Some(_) => {}
+            Some(handle) => {
+                // As the kubelet's status manager: a status someone else changed (the node
+                // lifecycle controller marks every pod of a node it lost contact with not
+                // ready) is written again as this agent sees it.
+                let ours = handle
+                    .runtime
+                    .lock()
+                    .ok()
+                    .map(|mut rt| build_status(&mut rt, &pod, &self.cfg.host_ip));
+                let ready = |status: Option<&k8s_openapi::api::core::v1::PodStatus>| {
+                    status
+                        .and_then(|s| s.conditions.as_ref())
+                        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+                        .map(|c| c.status.clone())
+                };
+                let drifted =
+                    ours.is_some_and(|ours| ready(Some(&ours)) != ready(pod.status.as_ref()));
+                if drifted {
+                    let agent = self.clone();
+                    tokio::spawn(async move { agent.publish(&handle, &pod).await });
+                }
+            }
             None if deleting => {
                 let agent = self.clone();
                 tokio::spawn(async move { agent.finalize(&pod).await });
