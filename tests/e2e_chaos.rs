@@ -18,18 +18,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use test_support::workload::{
-    git_program, kind, observe, program_object, stack_object, Kind, Observations, Rng,
+    env_or, git_program, kind, observe, program_object, seed_from_env, stack_object, Kind,
+    Observations, Rng,
 };
 use test_support::{
     kill_operator, kubectl, last_update, output_value, stack_ready, wait_until, StackFixture,
 };
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 #[derive(Default, Debug)]
 struct Chaos {
@@ -82,16 +76,7 @@ async fn strike(ns: &str, stacks: usize, rng: &mut Rng, counts: &mut Chaos, dele
 async fn chaos_kills_and_deletions_never_duplicate_or_lose_an_operation() {
     let stacks = env_or("CHAOS_STACKS", 6).max(3);
     let rounds = env_or("CHAOS_ROUNDS", 4).max(1);
-    let seed = std::env::var("CHAOS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(7)
-                | 1
-        });
+    let seed = seed_from_env("CHAOS_SEED");
     println!("chaos: {stacks} stacks, {rounds} revisions each, seed {seed}");
     let started = Instant::now();
     let f = StackFixture::new("chaos").await;

@@ -24,8 +24,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use test_support::workload::{
-    git_program, kind, observe, program_object, stack_object, stack_object_with, Kind,
-    Observations, Rng,
+    env_or, git_program, kind, observe, program_object, seed_from_env, stack_object,
+    stack_object_with, Kind, Observations, Rng,
 };
 use test_support::{
     kubectl, kubectl_result, kubectl_stdin, last_update, output_value, repo_root, stack_ready,
@@ -35,13 +35,6 @@ use tokio::sync::broadcast;
 
 /// The tests of this file run one at a time: each breaks the cluster the others use.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// Runs tests/faults.sh with `args`; panics with its output if it fails.
 async fn inject(args: &[&str]) -> Duration {
@@ -451,16 +444,7 @@ async fn faults_below_the_operator_lose_nothing() {
     let _serial = ONE_AT_A_TIME.lock().await;
     let stacks = env_or("FAULT_STACKS", 6).max(3);
     let rounds = env_or("FAULT_ROUNDS", 3).max(1);
-    let seed = std::env::var("FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(7)
-                | 1
-        });
+    let seed = seed_from_env("FAULT_SEED");
     println!("faults: {stacks} stacks, {rounds} revisions under random faults, seed {seed}");
     let started = Instant::now();
     let f = StackFixture::new("faults").await;

@@ -957,21 +957,31 @@ impl Agent {
         ))
     }
 
-    /// Writes the pod's status as the kubelet would (one merge patch of `status`).
+    /// Writes the pod's status as the kubelet would (one merge patch of `status`). As the
+    /// kubelet's status manager, a write the API server did not take (it restarts, or does not
+    /// answer) is tried again, with the status as it is then, until it is taken or the pod is
+    /// gone: a container's end must not be lost to an outage.
     async fn publish(&self, handle: &PodHandle, pod: &Pod) {
         let _serial = handle.publish.lock().await;
-        let status = match handle.runtime.lock() {
-            Ok(mut rt) => build_status(&mut rt, pod, &self.cfg.host_ip),
-            Err(_) => return,
-        };
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &handle.namespace);
-        let patch = serde_json::json!({ "status": status });
-        if let Err(e) = api
-            .patch_status(&handle.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            if !matches!(&e, kube::Error::Api(a) if a.code == 404) {
-                warn!(pod = %format!("{}/{}", handle.namespace, handle.name), "status update failed: {e}");
+        for attempt in 0u32.. {
+            let status = match handle.runtime.lock() {
+                Ok(mut rt) => build_status(&mut rt, pod, &self.cfg.host_ip),
+                Err(_) => return,
+            };
+            let patch = serde_json::json!({ "status": status });
+            match api
+                .patch_status(&handle.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => return,
+                Err(kube::Error::Api(a)) if a.code == 404 => return,
+                Err(e) => {
+                    if attempt % 10 == 0 {
+                        warn!(pod = %format!("{}/{}", handle.namespace, handle.name), "status update failed (retrying): {e}");
+                    }
+                    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                }
             }
         }
     }

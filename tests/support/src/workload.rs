@@ -15,6 +15,28 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// A size from the environment (`CHAOS_STACKS`, `FAULT_ROUNDS`, ...), else `default`.
+pub fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The seed a run replays (`var`, e.g. `CHAOS_SEED`), else a new one from the clock.
+pub fn seed_from_env(var: &str) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(7)
+                | 1
+        })
+}
+
 /// A small xorshift generator: reproducible from the printed seed.
 pub struct Rng(pub u64);
 impl Rng {
