@@ -167,9 +167,23 @@ fn granted() -> BTreeSet<Right> {
     out
 }
 
+/// How long after kube-apiserver starts its authorizer may still lack the RBAC objects.
+const AUTHORIZER_START_SECONDS: i64 = 30;
+
+/// When tests/faults.sh started kube-apiserver again (its marks in the apiserver's log).
+fn apiserver_restarts(dir: &std::path::Path) -> Vec<jiff::Timestamp> {
+    std::fs::read_to_string(dir.join("apiserver.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.strip_prefix("--- restarted by tests/faults.sh at "))
+        .filter_map(|t| t.trim().parse().ok())
+        .collect()
+}
+
 /// (rights used, requests refused) from the audit log(s).
 fn used() -> (BTreeSet<Right>, Vec<String>) {
     let dir = test_support::repo_root().join(".local-cluster/logs");
+    let restarts = apiserver_restarts(&dir);
     let mut used = BTreeSet::new();
     let mut refused = Vec::new();
     let mut files = 0;
@@ -204,7 +218,22 @@ fn used() -> (BTreeSet<Right>, Vec<String>) {
             let terminating = e["responseStatus"]["message"]
                 .as_str()
                 .is_some_and(|m| m.contains("is being terminated"));
-            if e["responseStatus"]["code"].as_i64() == Some(403) && !terminating {
+            // Right after kube-apiserver starts again (tests/e2e_faults.rs restarts it), its
+            // RBAC authorizer refuses requests until it has read the roles and bindings: not a
+            // missing right either.
+            let authorizer_starting = e["requestReceivedTimestamp"]
+                .as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .is_some_and(|t| {
+                    restarts.iter().any(|r| {
+                        let after = t.as_second() - r.as_second();
+                        (0..=AUTHORIZER_START_SECONDS).contains(&after)
+                    })
+                });
+            if e["responseStatus"]["code"].as_i64() == Some(403)
+                && !terminating
+                && !authorizer_starting
+            {
                 refused.push(format!("{verb} {group}/{resource}"));
             }
             used.insert((group, resource, verb));
