@@ -295,6 +295,9 @@ cmd_down() {
       kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
     fi
   done
+  # Node agents tests/faults.sh added whose pid file a later one replaced (a test killed before
+  # it removed its node): every agent of this cluster works in its state directory.
+  pkill -TERM -f -- "--state-dir $STATE_DIR/node" 2>/dev/null || true
   if [ -f "$STATE_DIR/etcd-data-dir" ]; then rm -rf "$(cat "$STATE_DIR/etcd-data-dir")"; fi
   rm -rf "$STATE_DIR"
   log "cluster stopped and its state removed"
