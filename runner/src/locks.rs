@@ -52,27 +52,21 @@ pub fn partial(entries: &[(String, std::time::Duration)]) -> Vec<String> {
         .collect()
 }
 
-/// The lock directories of `stack` under a local DIY backend's root: `.pulumi/locks/<stack>`
-/// (a legacy backend) or `.pulumi/locks/<org>/<project>/<stack>` (project-scoped).
-pub fn lock_dirs(backend_root: &std::path::Path, stack: &str) -> Vec<std::path::PathBuf> {
+/// The lock directories of `project`'s `stack` under a local DIY backend's root:
+/// `.pulumi/locks/<stack>` (a legacy backend) or `.pulumi/locks/<org>/<project>/<stack>`
+/// (project-scoped). Another project's stack of the same name is not among them.
+pub fn lock_dirs(
+    backend_root: &std::path::Path,
+    project: &str,
+    stack: &str,
+) -> Vec<std::path::PathBuf> {
     let stack = stack.rsplit('/').next().unwrap_or(stack);
     let locks = backend_root.join(".pulumi").join("locks");
     let mut dirs = vec![locks.join(stack)];
-    let children = |p: &std::path::Path| -> Vec<std::path::PathBuf> {
-        std::fs::read_dir(p)
-            .map(|rd| {
-                rd.flatten()
-                    .map(|e| e.path())
-                    .filter(|p| p.is_dir())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    for org in children(&locks) {
-        for project in children(&org) {
-            dirs.push(project.join(stack));
-        }
-    }
+    let orgs = std::fs::read_dir(&locks)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect::<Vec<_>>())
+        .unwrap_or_default();
+    dirs.extend(orgs.iter().map(|org| org.join(project).join(stack)));
     dirs.retain(|d| d.is_dir());
     dirs
 }
@@ -118,10 +112,11 @@ mod tests {
         let scoped = root.join(".pulumi/locks/organization/proj/dev");
         let legacy = root.join(".pulumi/locks/dev");
         let other = root.join(".pulumi/locks/organization/proj/prod");
-        for d in [&scoped, &legacy, &other] {
+        let other_project = root.join(".pulumi/locks/organization/other/dev");
+        for d in [&scoped, &legacy, &other, &other_project] {
             std::fs::create_dir_all(d).unwrap();
         }
-        let mut found = lock_dirs(&root, "org/proj/dev");
+        let mut found = lock_dirs(&root, "proj", "org/proj/dev");
         found.sort();
         assert_eq!(found, vec![legacy, scoped]);
         std::fs::remove_dir_all(&root).unwrap();

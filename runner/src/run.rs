@@ -120,7 +120,7 @@ pub async fn prepare(
     if stack.is_empty() {
         return Err(Failure::config_invalid("the plan names no stack"));
     }
-    clear_partial_locks(stack, opts);
+    clear_partial_locks(&project.name, stack, opts);
     let mut config_steps = resolve_config(plan, &project, redactor)?;
     let operation_config = take_operation_config(purpose, &mut config_steps);
     let (runner, cache) = workspace_runner(plan, opts, &workspace, signals);
@@ -749,14 +749,14 @@ fn hand_over_saved_plan(
 /// Removes the partial lock files (`locks::partial`) of the stack on a local DIY backend
 /// (`PULUMI_BACKEND_URL=file://...`), so that a write a full disk cut short does not fail
 /// every later operation. Each is reported like a stale lock (Event `StaleLockCleared`).
-fn clear_partial_locks(stack: &str, opts: &RunOptions) {
+fn clear_partial_locks(project: &str, stack: &str, opts: &RunOptions) {
     let Some(root) = std::env::var("PULUMI_BACKEND_URL")
         .ok()
         .and_then(|u| u.strip_prefix("file://").map(std::path::PathBuf::from))
     else {
         return;
     };
-    for dir in crate::locks::lock_dirs(&root, stack) {
+    for dir in crate::locks::lock_dirs(&root, project, stack) {
         let entries: Vec<(String, Duration)> = std::fs::read_dir(&dir)
             .map(|rd| {
                 rd.flatten()
