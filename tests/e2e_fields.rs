@@ -7,7 +7,7 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
 use pulumi_operator_api::Stack;
 use std::time::Duration;
-use test_support::{kubectl, wait_for, wait_until, StackFixture, TEST_PASSPHRASE};
+use test_support::{kubectl, kubectl_result, wait_for, wait_until, StackFixture, TEST_PASSPHRASE};
 
 const T: Duration = Duration::from_secs(120);
 
@@ -200,6 +200,97 @@ async fn a_stack_that_only_failed_is_destroyed_after_its_source_is_gone() {
     std::fs::create_dir_all(&empty).unwrap();
     f.server = test_support::GitServer::start(&empty);
     delete_without_the_source(&f).await;
+}
+
+/// The operations recorded in the stack's history (one file per up, refresh or destroy).
+fn history_entries(f: &StackFixture) -> usize {
+    std::fs::read_dir(f.sn.backend_dir.join(".pulumi/history/e2e/dev"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".history.json"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Applies a `destroyOnFinalize` Stack whose program fails before it creates anything, and
+/// waits until its retries are spent (`Stalled`, so no operation runs any more), the last
+/// update having counted an empty state.
+async fn deploy_nothing(f: &StackFixture, sha: &str) {
+    f.sn.ns.apply(&f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        "  destroyOnFinalize: true\n  retryMaxBackoffDurationSeconds: 1\n",
+    ));
+    f.wait_stack_for(
+        Duration::from_secs(300),
+        "app",
+        "the updates to fail with an empty state",
+        |s| {
+            failed(s)
+                && s.status.as_ref().is_some_and(|st| {
+                    st.current_update.is_none()
+                        && st.state_resources.as_ref().map(|r| r.count) == Some(0)
+                        && st
+                            .conditions
+                            .iter()
+                            .flatten()
+                            .any(|c| c.type_ == "Stalled" && c.status == "True")
+                })
+        },
+    )
+    .await;
+}
+
+/// A `destroyOnFinalize` Stack whose every update failed before creating anything has nothing
+/// to destroy (issue 30 §6): deleted, it goes without a destroy (Event `NothingToDestroy`, no
+/// operation in the stack's history), and deleting its namespace is not held up by it.
+#[tokio::test]
+async fn a_stack_that_deployed_nothing_goes_without_a_destroy() {
+    let f = StackFixture::new("nothingdeployed").await;
+    let failing = "name: e2e\nruntime: yaml\nresources:\n  broken:\n    type: standin:index:Fail\n    properties:\n      message: fails on purpose\n";
+    let sha = f.repo.commit(&[("Pulumi.yaml", failing)], "v1");
+    deploy_nothing(&f, &sha).await;
+    assert!(
+        !state(&f).contains("standin:index:Fail::broken"),
+        "{}",
+        state(&f)
+    );
+    // No operation may be running when the history is counted.
+    let before = history_entries(&f);
+    kubectl(&["-n", f.ns(), "delete", "stack", "app", "--wait=false"]);
+    let stacks = f.stacks();
+    wait_until(
+        Duration::from_secs(30),
+        "the Stack to go without a destroy",
+        || async { stacks.get_opt("app").await.unwrap().is_none() },
+    )
+    .await;
+    assert_eq!(
+        history_entries(&f),
+        before,
+        "an operation ran for the deletion"
+    );
+    let events = kubectl(&[
+        "-n",
+        f.ns(),
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=app,reason=NothingToDestroy",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(events.contains("holds no resources"), "{events}");
+
+    // Again, then the namespace deleted under it: nothing holds it Terminating.
+    deploy_nothing(&f, &sha).await;
+    kubectl(&["delete", "namespace", f.ns(), "--wait=false"]);
+    wait_until(Duration::from_secs(60), "the namespace to go", || async {
+        let (found, _, _) = kubectl_result(&["get", "namespace", f.ns()]);
+        !found
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -30,7 +30,8 @@ pub use stack::{
     GitAuthConfig, GitHubAppAuth, GitSource, LiteralRef, MaintenanceWindow, PrerequisiteRef,
     ProgramReference, RequirementSpec, ResourceChange, ResourceRef, ResourceSelectorType,
     SecretSelector, SshAuth, Stack, StackSpec, StackStatus, StackUpdateState,
-    StackUpdateStateMessage, UpdateTemplate, WorkspaceReclaimPolicy, WorkspaceTemplate,
+    StackUpdateStateMessage, StateResources, UpdateTemplate, WorkspaceReclaimPolicy,
+    WorkspaceTemplate,
 };
 pub use update::{Update, UpdateSpec, UpdateStatus, UpdateType};
 pub use validation::{

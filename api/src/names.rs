@@ -278,6 +278,9 @@ pub const EVENT_STACK_OUTPUT_RETRIEVAL_FAILURE: &str = "StackOutputRetrievalFail
 pub const EVENT_STACK_NOT_FOUND: &str = "StackNotFound";
 /// Stack: defined by PKO but never emitted there.
 pub const EVENT_STACK_DESTROYED: &str = "StackDestroyed";
+/// Stack (Normal), extension: a deleted `destroyOnFinalize` Stack went without a destroy,
+/// its state holding no resources.
+pub const EVENT_NOTHING_TO_DESTROY: &str = "NothingToDestroy";
 /// Workspace (Warning): the StatefulSet was replaced after an immutable-field error.
 pub const EVENT_MIGRATED: &str = "Migrated";
 /// Workspace (Warning): could not connect to the workspace.

@@ -466,6 +466,10 @@ pub struct RunResult {
     /// (pid N) at time`, as Pulumi reported them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stale_locks_cleared: Vec<String>,
+    /// The resources left in the stack's state after an up, refresh or destroy (the stack
+    /// itself and its providers not counted), whatever the outcome; absent when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<i64>,
     /// A preview's count of the resources an `up` would change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changed: Option<i64>,
@@ -492,6 +496,7 @@ impl RunResult {
             outputs: None,
             outputs_digest: None,
             stale_locks_cleared: Vec::new(),
+            resources: None,
             changed: None,
             changes: Vec::new(),
             policy: None,

@@ -802,6 +802,12 @@ pub struct StackStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project_info: Option<Box<ProjectInfo>>,
 
+    /// Extension (not in PKO): how many resources the stack's state held after the last
+    /// `up`, `refresh` or `destroy` that ran. A deleted `destroyOnFinalize` Stack whose state
+    /// held none at its current spec goes at once, without a destroy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_resources: Option<Box<StateResources>>,
+
     /// Extension (not in PKO): the last drift check (`spec.driftDetection`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<Box<DriftStatus>>,
@@ -817,6 +823,20 @@ pub struct StackStatus {
     /// `PolicyWarnings` condition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<Box<crate::policy::PolicyReport>>,
+}
+
+/// The resources a Stack's Pulumi stack held when an operation last counted them.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StateResources {
+    /// Resources in the state, the stack itself and its providers not counted.
+    #[schemars(range(min = 0))]
+    pub count: i64,
+    /// The Stack's `metadata.generation` the counting operation ran for: the count is of the
+    /// stack and backend that generation names.
+    pub generation: i64,
+    /// The Update that counted them.
+    pub update: String,
 }
 
 string_enum! {

@@ -148,6 +148,12 @@ pub struct UpdateStatus {
     /// Name and runtime of the Pulumi project that ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project_info: Option<ProjectInfo>,
+    /// Extension (not in PKO), after an `up`, `refresh` or `destroy` that ran, succeeded or
+    /// not: how many resources the stack's state holds (the stack itself and its providers
+    /// not counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub resources: Option<i64>,
     /// Extension (not in PKO), for a preview: how many resources an `up` would change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changed: Option<i64>,

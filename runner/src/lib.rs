@@ -29,6 +29,7 @@ pub mod redact;
 pub mod report;
 pub mod run;
 pub mod signals;
+pub mod state;
 
 /// Installs ring as rustls' process-wide crypto provider (reqwest is built without a
 /// provider of its own so that no C crypto library is linked). Idempotent.

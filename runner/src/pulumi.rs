@@ -422,6 +422,14 @@ pub fn stack_history(stack: &str) -> Invocation {
     inv
 }
 
+/// `P stack export --stack S` (stdout captured, never logged: it holds the state): what
+/// [`crate::state::count`] counts.
+pub fn stack_export(stack: &str) -> Invocation {
+    let mut inv = Invocation::new(&["stack", "export"]).stack_scoped(stack);
+    inv.capture_stdout = true;
+    inv
+}
+
 /// `P stack rm --yes S` (after a destroy with `remove`, as the SDK does).
 pub fn stack_rm(stack: &str) -> Invocation {
     Invocation::new(&["stack", "rm", "--yes", stack])

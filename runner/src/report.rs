@@ -78,6 +78,7 @@ pub fn succeeded(message: impl Into<String>) -> RunResult {
         outputs: None,
         outputs_digest: None,
         stale_locks_cleared: Vec::new(),
+        resources: None,
         changed: None,
         changes: Vec::new(),
         policy: None,

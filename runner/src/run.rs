@@ -59,16 +59,16 @@ pub async fn run(
     let mut redactor = Redactor::default();
     let workspace = layout.workspace_dir();
     let project = project_info(&workspace);
-    // Filled once the operation ran with policy packs, whether it then succeeds or fails.
-    let mut policy = None;
-    let mut result = match run_inner(plan, layout, opts, signals, &mut redactor, &mut policy).await
-    {
+    // Filled once the operation ran, whether it then succeeds or fails.
+    let mut after = AfterOperation::default();
+    let mut result = match run_inner(plan, layout, opts, signals, &mut redactor, &mut after).await {
         Ok(r) => r,
         Err(f) => f.into_result(),
     };
     result.project = project;
     result.message = redactor.apply(&result.message);
-    result.policy = policy.map(|mut report| {
+    result.resources = after.resources;
+    result.policy = after.policy.map(|mut report| {
         for v in &mut report.items {
             v.message = redactor.apply(&v.message);
             v.urn = redactor.apply(&v.urn);
@@ -434,13 +434,22 @@ async fn cache_entry(workspace: &Path, cache: &Path) -> Option<(PathBuf, String,
     }
 }
 
+/// What is known once the operation ran, whether it then succeeded or failed.
+#[derive(Default)]
+struct AfterOperation {
+    /// What the policy packs reported (when packs ran).
+    policy: Option<PolicyReport>,
+    /// The resources left in the stack's state ([`crate::state::count`]).
+    resources: Option<i64>,
+}
+
 async fn run_inner(
     plan: &RunPlan,
     layout: &Layout,
     opts: &RunOptions,
     signals: Signals,
     redactor: &mut Redactor,
-    policy: &mut Option<PolicyReport>,
+    after: &mut AfterOperation,
 ) -> Result<RunResult, Failure> {
     let op = plan.operation;
     let packs = packs_run_by(plan);
@@ -476,13 +485,18 @@ async fn run_inner(
     })
     .await?;
     if !packs.is_empty() {
-        *policy = Some(crate::policy::report::from_event_log(
+        after.policy = Some(crate::policy::report::from_event_log(
             &std::fs::read_to_string(&event_log).unwrap_or_default(),
             packs.iter().map(|p| p.label()).collect(),
         ));
     }
+    // Not after an interruption: the pod is being stopped, and the count can wait for the
+    // next operation.
+    if crate::state::counted_after(op) && !out.interrupted {
+        after.resources = count_resources(&runner, stack).await;
+    }
     if !out.success() {
-        return Err(operation_failure(&out, plan, opts, policy.as_ref()));
+        return Err(operation_failure(&out, plan, opts, after.policy.as_ref()));
     }
 
     let mut result = succeeded(format!("{} succeeded", op.as_str()));
@@ -493,6 +507,27 @@ async fn run_inner(
     }
     finish_operation(&runner, plan, &options, &event_log, redactor, &mut result).await?;
     Ok(result)
+}
+
+/// The resources left in the stack's state, or `None` with a log line.
+async fn count_resources(runner: &Runner, stack: &str) -> Option<i64> {
+    let counted = match runner.run(&pulumi::stack_export(stack)).await {
+        Ok(out) if out.success() => crate::state::count(&out.stdout),
+        Ok(out) => {
+            let f = failure(&out, "stack export");
+            log(format!("cannot count the stack's resources: {}", f.message));
+            return None;
+        }
+        Err(e) => {
+            log(format!("cannot count the stack's resources: {}", e.message));
+            return None;
+        }
+    };
+    match counted {
+        Some(n) => log(format!("the stack's state holds {n} resource(s)")),
+        None => log("cannot count the stack's resources: the export is not a deployment"),
+    }
+    counted
 }
 
 /// The administrator's policy packs this operation runs (none for a refresh or a destroy).

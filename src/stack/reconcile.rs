@@ -183,12 +183,10 @@ pub async fn reconcile(stack: Arc<Stack>, ctx: Arc<Context>) -> Result<Action> {
     if let Some(action) = pass.operations_in_flight().await? {
         return pass.finish(action).await;
     }
-    if pass.deleting && (!stack.spec.destroy_on_finalize || stack.spec.preview) {
-        // Deletion without destroy: done.
-        status::mark_ready(&mut pass.status, pass.generation, &pass.now);
-        pass.save().await?;
-        pass.release_and_remove_finalizer().await?;
-        return Ok(Action::await_change());
+    if pass.deleting {
+        if let Some(action) = pass.go_without_destroy().await? {
+            return Ok(action);
+        }
     }
     if stack.spec.suspend && !pass.deleting {
         // Before the source is read: a suspended Stack does not track its branch either.
@@ -1338,6 +1336,30 @@ impl<'a> Pass<'a> {
         }
         update_metrics(self.ctx, self.stack, &self.status);
         Ok(action)
+    }
+
+    /// Lets a deleted Stack that needs no destroy go without running anything (Ready, then
+    /// the finalizer removed): one without `destroyOnFinalize` (or a preview Stack), or one
+    /// whose state holds nothing to destroy.
+    async fn go_without_destroy(&mut self) -> Result<Option<Action>> {
+        let spec = &self.stack.spec;
+        if spec.destroy_on_finalize && !spec.preview {
+            let Some(counted) = status::nothing_to_destroy(&self.status, self.generation) else {
+                return Ok(None);
+            };
+            let note = format!(
+                "deleted without a destroy: the stack's state holds no resources (counted by \
+                 Update {})",
+                counted.update
+            );
+            info!(%note, "nothing to destroy");
+            self.publish(EventType::Normal, names::EVENT_NOTHING_TO_DESTROY, note)
+                .await;
+        }
+        status::mark_ready(&mut self.status, self.generation, &self.now);
+        self.save().await?;
+        self.release_and_remove_finalizer().await?;
+        Ok(Some(Action::await_change()))
     }
 
     async fn publish(&self, type_: EventType, reason: &str, note: String) {

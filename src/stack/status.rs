@@ -8,7 +8,8 @@ use k8s_openapi::ByteString;
 use kube::ResourceExt;
 use pulumi_operator_api::names;
 use pulumi_operator_api::{
-    StackStatus, StackUpdateState, StackUpdateStateMessage, Update, UpdateStatus, UpdateType,
+    StackStatus, StackUpdateState, StackUpdateStateMessage, StateResources, Update, UpdateStatus,
+    UpdateType,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -280,6 +281,45 @@ fn remember_project(status: &mut StackStatus, update: &UpdateStatus, succeeded: 
     }
 }
 
+/// The resources an operation left in the state (`status.stateResources`). An up, refresh or
+/// destroy that counted them replaces the count; one that did not (it failed before it ran, or
+/// the count failed) makes it unknown, as the state may have changed; a preview changes
+/// nothing.
+fn remember_resources(
+    status: &mut StackStatus,
+    update: &Update,
+    update_status: &UpdateStatus,
+    generation: Option<i64>,
+) {
+    if !matches!(
+        update.spec.update_type,
+        Some(UpdateType::Up | UpdateType::Refresh | UpdateType::Destroy)
+    ) {
+        return;
+    }
+    status.state_resources = match (update_status.resources, generation) {
+        (Some(count), Some(generation)) => Some(Box::new(StateResources {
+            count,
+            generation,
+            update: update.name_any(),
+        })),
+        _ => None,
+    };
+}
+
+/// Whether a deleted `destroyOnFinalize` Stack has nothing to destroy: an operation of the
+/// spec it was deleted at counted no resources in the state. The API server bumps
+/// `metadata.generation` when it marks an object with finalizers for deletion, so that spec
+/// is `generation - 1` (or `generation`); a count made under another spec may be of another
+/// stack or backend, and a Stack that never counted (a new one, or one re-created without its
+/// status) may own resources: both are destroyed.
+pub fn nothing_to_destroy(status: &StackStatus, generation: i64) -> Option<&StateResources> {
+    status
+        .state_resources
+        .as_deref()
+        .filter(|s| s.count == 0 && (s.generation == generation || s.generation + 1 == generation))
+}
+
 /// Folds a finished Update into the status (PKO's `markStackFailed` / `markStackSucceeded`):
 /// `lastUpdate`, `outputs` (success only; stale values are kept, as in PKO), `projectInfo`, and
 /// clears `currentUpdate`. The failure count follows PKO: the previous count plus one when the
@@ -350,6 +390,7 @@ pub fn absorb(
         }
         remember_project(status, &update_status, true);
     }
+    remember_resources(status, update, &update_status, generation);
     if matches!(
         update.spec.update_type,
         Some(UpdateType::Up | UpdateType::Preview)
@@ -462,6 +503,58 @@ mod tests {
             }
         }))
         .unwrap()
+    }
+
+    /// `finished`, of `kind`, having counted `resources` in the state.
+    fn counted(kind: &str, failed: bool, resources: Option<i64>) -> Update {
+        let mut u = finished("s-1", failed, "m");
+        u.spec.update_type = Some(serde_json::from_value(serde_json::json!(kind)).unwrap());
+        if let Some(st) = u.status.as_mut() {
+            st.resources = resources;
+        }
+        u
+    }
+
+    #[test]
+    fn an_operation_that_ran_records_what_the_state_holds_failed_or_not() {
+        for failed in [false, true] {
+            let mut st = running("abc");
+            absorb(&mut st, &counted("up", failed, Some(0)), None, &now());
+            let recorded = st.state_resources.as_deref().unwrap();
+            assert_eq!((recorded.count, recorded.generation), (0, 4));
+            assert_eq!(recorded.update, "s-1");
+        }
+        // An up that did not count (it failed before it ran) makes the count unknown.
+        let mut st = running("abc");
+        absorb(&mut st, &counted("up", false, Some(3)), None, &now());
+        st.current_update = running("abc").current_update;
+        absorb(&mut st, &counted("up", true, None), None, &now());
+        assert_eq!(st.state_resources, None);
+        // A preview (a drift or policy check) never changes the state, nor the count.
+        let mut st = running("abc");
+        absorb(&mut st, &counted("destroy", false, Some(0)), None, &now());
+        st.current_update = running("abc").current_update;
+        absorb(&mut st, &counted("preview", false, None), None, &now());
+        assert_eq!(st.state_resources.map(|s| s.count), Some(0));
+    }
+
+    #[test]
+    fn only_an_empty_state_counted_at_the_deleted_spec_needs_no_destroy() {
+        let with = |count: i64, generation: i64| StackStatus {
+            state_resources: Some(Box::new(StateResources {
+                count,
+                generation,
+                update: "s-1".into(),
+            })),
+            ..Default::default()
+        };
+        // Deletion bumps the generation by one.
+        assert!(nothing_to_destroy(&with(0, 4), 5).is_some());
+        assert!(nothing_to_destroy(&with(0, 5), 5).is_some());
+        // Resources left, a count of another spec, or no count at all: destroy.
+        assert!(nothing_to_destroy(&with(1, 4), 5).is_none());
+        assert!(nothing_to_destroy(&with(0, 3), 5).is_none());
+        assert!(nothing_to_destroy(&StackStatus::default(), 5).is_none());
     }
 
     fn running(commit: &str) -> StackStatus {

@@ -813,6 +813,7 @@ fn record_success(st: &mut UpdateStatus, result: &RunResult, end: &Option<Time>,
     st.permalink = result.permalink.clone();
     st.outputs = result.outputs.clone();
     st.project_info = result.project.clone();
+    st.resources = result.resources;
     (st.changed, st.changes) = reported_changes(result);
     st.change_counts = reported_counts(result);
     st.policy = result.policy.clone();
@@ -836,6 +837,7 @@ fn record_failure(
     if let Some(r) = result {
         st.permalink = r.permalink.clone();
         st.project_info = r.project.clone();
+        st.resources = r.resources;
         st.policy = r.policy.clone();
     }
 }
