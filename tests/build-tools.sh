@@ -17,8 +17,16 @@
 # version change rebuilds that module only, and nothing rebuilds otherwise); the tools directory
 # holds links to every module's binaries.
 #
-#   tests/build-tools.sh          build what is missing; last line: the directory holding the binaries
-#   tests/build-tools.sh --print  print that directory without building (exit 1 if not built yet)
+#   tests/build-tools.sh               build what is missing; last line: the directory holding
+#                                      the binaries
+#   BUILD_TOOLS_LATER=1 tests/build-tools.sh
+#                                      the same, but the modules only some late tests need
+#                                      (seaweedfs, prometheus) are left for a later call without
+#                                      it: .ci/run builds them beside the tests
+#   tests/build-tools.sh --print       print that directory without building (exit 1 if not
+#                                      everything is built)
+#   tests/build-tools.sh --print TOOL  print it once TOOL is there, waiting for a build under way
+#                                      (exit 1 if TOOL is not built and no build is under way)
 #
 # Go modules and Go's build cache live under the same cache root, outside the checkout, so a
 # second machine run (or CI on the same machine) downloads and compiles nothing again. Modules
@@ -84,23 +92,47 @@ combined=""
 for m in "${MODULES[@]}"; do combined="$combined $(module_out "$m")"; done
 BIN_DIR="$CACHE_ROOT/tools-$K8S_VERSION-pulumi-$PULUMI_VERSION-$(echo "$combined" | sha256sum | cut -c1-16)/bin"
 
-all_built() {
+# Modules that only some late tests need: BUILD_TOOLS_LATER=1 leaves them out.
+LATE_MODULES=" seaweedfs prometheus "
+SELECTED=()
+for m in "${MODULES[@]}"; do
+  case "$LATE_MODULES" in
+    *" ${m%% *} "*) [ "${BUILD_TOOLS_LATER:-0}" = 1 ] || SELECTED+=("$m") ;;
+    *) SELECTED+=("$m") ;;
+  esac
+done
+
+all_built() { # module lines → whether each one's binaries are in BIN_DIR
   local m t
-  for m in "${MODULES[@]}"; do
+  for m in "$@"; do
     for t in $(module_tools "$m"); do [ -x "$BIN_DIR/$t" ] || return 1; done
   done
 }
 
+# Held by a build while it runs; `--print TOOL` waits on it.
+mkdir -p "$CACHE_ROOT"
+LOCK="$CACHE_ROOT/build-tools.lock"
+
 if [ "${1:-}" = "--print" ]; then
-  all_built || exit 1
+  if [ -n "${2:-}" ]; then
+    if [ ! -x "$BIN_DIR/$2" ]; then
+      exec 9>"$LOCK"
+      flock -s -w 3600 9 || exit 1
+    fi
+    [ -x "$BIN_DIR/$2" ] || exit 1
+  else
+    all_built "${MODULES[@]}" || exit 1
+  fi
   echo "$BIN_DIR"
   exit 0
 fi
 
-if all_built; then
+if all_built "${SELECTED[@]}"; then
   echo "$BIN_DIR"
   exit 0
 fi
+exec 9>"$LOCK"
+flock -x 9
 
 command -v go >/dev/null || die "Go (>= 1.26) is required on PATH (it builds the test cluster and the Pulumi CLI)"
 go_minor="$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')"
@@ -160,7 +192,7 @@ build_lane() { # module lines → builds them one after the other; fails if any 
   return $status
 }
 lane_shared=() lane_other=()
-for m in "${MODULES[@]}"; do
+for m in "${SELECTED[@]}"; do
   case "${m%% *}" in
     . | kubernetes-provider) lane_shared+=("$m") ;;
     *) lane_other+=("$m") ;;
@@ -174,18 +206,24 @@ failed=0
 wait "$shared_pid" || failed=1
 wait "$other_pid" || failed=1
 # Name each module that did not build.
-for m in "${MODULES[@]}"; do
+for m in "${SELECTED[@]}"; do
   [ -f "$(module_out "$m")/.built" ] || { log "tests/tools/${m%% *} did not build"; failed=1; }
 done
 [ "$failed" = 0 ] || die "some tools did not build (see above)"
 
-rm -rf "$BIN_DIR.partial"; mkdir -p "$BIN_DIR.partial"
-for m in "${MODULES[@]}"; do
+# The directory's name is keyed by every module's pins, so a binary there never changes: the
+# missing ones are added in place (tests may be using the others), each under a temporary
+# name first so that a waiting `--print TOOL` never sees half a file.
+mkdir -p "$BIN_DIR"
+for m in "${SELECTED[@]}"; do
   out="$(module_out "$m")"
-  for f in "$out"/*; do ln -f "$f" "$BIN_DIR.partial/" 2>/dev/null || cp -p "$f" "$BIN_DIR.partial/"; done
+  for f in "$out"/*; do
+    name="${f##*/}"
+    [ -e "$BIN_DIR/$name" ] && continue
+    ln -f "$f" "$BIN_DIR/.$name.tmp" 2>/dev/null || cp -p "$f" "$BIN_DIR/.$name.tmp"
+    mv -f "$BIN_DIR/.$name.tmp" "$BIN_DIR/$name"
+  done
 done
-rm -rf "$BIN_DIR"
-mv "$BIN_DIR.partial" "$BIN_DIR"
 log "tools cached in $BIN_DIR"
 # Earlier pins' binaries (about 0.5 GB each) are not needed any more.
 keep=" $combined "

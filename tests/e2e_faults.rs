@@ -24,12 +24,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use test_support::workload::{
-    env_or, git_program, kind, observe, program_object, seed_from_env, stack_object,
-    stack_object_with, Kind, Observations, Rng,
+    apply_round, assert_invariants, assert_no_update_stranded, env_or, git_program,
+    kubectl_retrying, observe, seed_from_env, stack_object, stack_object_with, wait_converged,
+    Observations, Rng,
 };
 use test_support::{
-    kubectl, kubectl_result, kubectl_stdin, last_update, output_value, repo_root, stack_ready,
-    wait_until, StackFixture, OPERATOR_NAMESPACE,
+    kubectl, kubectl_result, last_update, output_value, repo_root, stack_ready, wait_until,
+    StackFixture, OPERATOR_NAMESPACE,
 };
 use tokio::sync::broadcast;
 
@@ -273,78 +274,6 @@ fn operator_usage() -> Option<(u64, u64)> {
 }
 
 /// Every Stack of the fleet at `expected` (and `sha` for git Stacks), Ready, of this generation.
-async fn wait_converged(f: &StackFixture, stacks: usize, expected: &str, sha: &str, limit: u64) {
-    let api: Api<Stack> = f.stacks();
-    let started = Instant::now();
-    loop {
-        let mut pending = Vec::new();
-        for i in 0..stacks {
-            match api.get(&format!("s{i}")).await {
-                Ok(s)
-                    if stack_ready(&s)
-                        && output_value(&s) == expected
-                        && (kind(i) == Kind::Program
-                            || last_update(&s).last_successful_commit.as_deref() == Some(sha))
-                        && last_update(&s).generation == s.metadata.generation => {}
-                Ok(s) => pending.push(format!(
-                    "s{i}: ready={} output={:?} last={:?}",
-                    stack_ready(&s),
-                    output_value(&s),
-                    last_update(&s)
-                )),
-                Err(e) => pending.push(format!("s{i}: {e}")),
-            }
-        }
-        if pending.is_empty() {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(limit),
-            "stacks did not converge to {expected} in {limit}s: {pending:#?}"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
-/// `kubectl` as a person or a CD tool runs it while the control plane restarts: retried until
-/// the API server takes it (up to 2 minutes).
-fn kubectl_retrying(args: &[&str], input: Option<&str>) -> String {
-    let started = Instant::now();
-    loop {
-        let (ok, out, err) = match input {
-            Some(yaml) => kubectl_stdin(args, yaml),
-            None => kubectl_result(args),
-        };
-        if ok {
-            return out;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "kubectl {args:?} failed for 2 minutes: {err}"
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    }
-}
-
-fn apply_retrying(f: &StackFixture, yaml: &str) {
-    kubectl_retrying(&["-n", f.ns(), "apply", "-f", "-"], Some(yaml));
-}
-
-/// Applies revision `round` to every Stack of the fleet; returns the commit.
-fn apply_round(f: &StackFixture, stacks: usize, round: usize) -> String {
-    let sha = f.repo.commit(
-        &[("Pulumi.yaml", &git_program(round, 2))],
-        &format!("round {round}"),
-    );
-    for i in 0..stacks {
-        if kind(i) == Kind::Program {
-            apply_retrying(f, &program_object(&format!("prog-{i}"), round));
-        }
-        apply_retrying(f, &stack_object(f, i, &sha));
-    }
-    sha
-}
-
 /// Strikes at random moments and at the dangerous ones until `stop`.
 fn strike_in_background(
     seed: u64,
@@ -393,50 +322,6 @@ fn strike_in_background(
         }
         strikes
     })
-}
-
-/// What no fault may break, checked from the observations and the cluster at the end.
-fn assert_invariants(obs: &Arc<Mutex<Observations>>, f: &StackFixture) {
-    let o = obs.lock().expect("observations");
-    assert!(
-        o.overlaps.is_empty(),
-        "two operations of one Stack ran at once: {:#?}",
-        o.overlaps
-    );
-    let duplicates: Vec<String> = o
-        .succeeded
-        .iter()
-        .filter(|(_, names)| names.len() > 1)
-        .map(|(t, n)| format!("{t}: {n:?}"))
-        .collect();
-    assert!(
-        duplicates.is_empty(),
-        "a trigger succeeded more than once: {duplicates:#?}"
-    );
-    assert!(
-        o.retained_deleted.is_empty(),
-        "retained workspaces or cache claims were deleted while their Stacks lived: {:?}",
-        o.retained_deleted
-    );
-    assert_eq!(f.lock_files(), 0, "no stack is left locked");
-}
-
-/// Every Update of the namespace has ended (`Complete=True`).
-fn assert_no_update_stranded(ns: &str) {
-    let complete = kubectl(&[
-        "-n",
-        ns,
-        "get",
-        "updates",
-        "-o",
-        "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Complete\")].status}{\"\\n\"}{end}",
-    ]);
-    let stranded: Vec<&str> = complete.lines().filter(|l| !l.ends_with("=True")).collect();
-    assert!(
-        stranded.is_empty(),
-        "Updates left without an end: {stranded:?} (of {} Updates)",
-        complete.lines().count()
-    );
 }
 
 #[tokio::test]

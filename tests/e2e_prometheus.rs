@@ -74,7 +74,6 @@ fn follow_operator_pods(path: PathBuf, stop: std::sync::Arc<std::sync::atomic::A
 
 /// The chart's PrometheusRule rendered with `sets`, as a rules file.
 fn rendered_rules(sets: &[&str]) -> String {
-    let bin = test_support::tools_bin();
     let mut args = vec![
         "template",
         "pulumi-operator",
@@ -90,7 +89,7 @@ fn rendered_rules(sets: &[&str]) -> String {
         args.extend(["--set", set]);
     }
     let home = std::env::temp_dir().join("e2e-prometheus-helm");
-    let out = Command::new(bin.join("helm"))
+    let out = Command::new(test_support::tool("helm"))
         .args(&args)
         .current_dir(test_support::repo_root())
         .env("HELM_CACHE_HOME", &home)
@@ -136,7 +135,7 @@ impl Prometheus {
         std::fs::write(dir.join("prometheus.yml"), config).expect("config");
         let port = free_port();
         let log = std::fs::File::create(dir.join("prometheus.log")).expect("log");
-        let child = Command::new(test_support::tools_bin().join("prometheus"))
+        let child = Command::new(test_support::tool("prometheus"))
             .current_dir(&dir)
             .args([
                 "--config.file=prometheus.yml",

@@ -4,61 +4,16 @@
 //! install` → the operator Ready → a Stack deploys → `helm upgrade` to changed values → a new
 //! commit deploys → `helm uninstall` leaves nothing running.
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
+use test_support::helm::{chart, helm_ok, KustomizeOperatorAside};
 use test_support::{
-    kubectl, kubectl_result, kubectl_stdin, output_value, repo_root, stack_ready, wait_until,
-    StackFixture, OPERATOR_NAMESPACE,
+    kubectl, kubectl_result, kubectl_stdin, output_value, stack_ready, wait_until, StackFixture,
 };
 
 const RELEASE: &str = "helm-po";
 const NAMESPACE: &str = "pulumi-operator-helm";
 /// `<release>-<chart>`, the chart's full name for this release.
 const FULLNAME: &str = "helm-po-pulumi-operator";
-
-fn helm_bin() -> PathBuf {
-    let out = Command::new(repo_root().join("tests/build-tools.sh"))
-        .arg("--print")
-        .output()
-        .expect("run tests/build-tools.sh --print");
-    assert!(
-        out.status.success(),
-        "helm is not built; build the test tools with: tests/build-tools.sh"
-    );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("helm")
-}
-
-fn chart() -> String {
-    repo_root()
-        .join("charts/pulumi-operator")
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// Runs helm with the test cluster's kubeconfig; returns (success, stdout, stderr).
-fn helm(args: &[&str]) -> (bool, String, String) {
-    let home = std::env::temp_dir().join("helm-test-home");
-    let out = Command::new(helm_bin())
-        .args(args)
-        .env("KUBECONFIG", test_support::kubeconfig())
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .output()
-        .expect("run helm");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn helm_ok(args: &[&str]) -> String {
-    let (ok, out, err) = helm(args);
-    assert!(ok, "helm {} failed:\n{out}\n{err}", args.join(" "));
-    out
-}
 
 #[test]
 fn the_chart_lints_and_renders_what_the_api_server_accepts() {
@@ -126,23 +81,6 @@ fn the_chart_lints_and_renders_what_the_api_server_accepts() {
     }
 }
 
-/// Scales the kustomize-installed operator back up when the test ends, however it ends.
-struct RestoreKustomizeOperator;
-
-impl Drop for RestoreKustomizeOperator {
-    fn drop(&mut self) {
-        let _ = helm(&["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"]);
-        let _ = kubectl_result(&["delete", "namespace", NAMESPACE, "--wait=false"]);
-        let _ = kubectl_result(&[
-            "-n",
-            OPERATOR_NAMESPACE,
-            "scale",
-            "deployment/pulumi-operator",
-            "--replicas=1",
-        ]);
-    }
-}
-
 const PROGRAM: &str = r#"name: helm
 runtime: yaml
 resources:
@@ -171,36 +109,8 @@ async fn deploy(f: &StackFixture, value: &str, what: &str) {
 #[tokio::test]
 #[ignore = "stops the kustomize-installed operator while it runs: tests/run.sh runs it last"]
 async fn helm_install_upgrade_and_uninstall() {
-    test_support::install_operator().await;
-    let _restore = RestoreKustomizeOperator;
     // One operator at a time: the kustomize one stands aside.
-    kubectl(&[
-        "-n",
-        OPERATOR_NAMESPACE,
-        "scale",
-        "deployment/pulumi-operator",
-        "--replicas=0",
-    ]);
-    wait_until(
-        Duration::from_secs(120),
-        "the kustomize-installed operator to stop",
-        || async {
-            kubectl(&[
-                "-n",
-                OPERATOR_NAMESPACE,
-                "get",
-                "pods",
-                "-l",
-                "app.kubernetes.io/name=pulumi-operator",
-                "-o",
-                "name",
-            ])
-            .trim()
-            .is_empty()
-        },
-    )
-    .await;
-
+    let _aside = KustomizeOperatorAside::new(RELEASE, NAMESPACE).await;
     let chart = chart();
     helm_ok(&[
         "install",

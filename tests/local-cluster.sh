@@ -8,6 +8,7 @@
 #   tests/local-cluster.sh down     stop exactly what `up` started and remove its state
 #   tests/local-cluster.sh status   is it up, and where are its logs
 #   tests/local-cluster.sh build    only install prerequisites and build/cache the binaries (tests/build-tools.sh)
+#   tests/local-cluster.sh prerequisites   only install the Debian packages it needs
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -136,6 +137,8 @@ pulumi_image_dir() {
 write_image_map() {
   local target; target="$(target_dir)/${BINARY_PROFILE:-debug}"
   local pulumi_path; pulumi_path="$(pulumi_image_dir)"
+  # The previous release's binaries (tests/previous-release.sh; the upgrade test).
+  local previous="${XDG_CACHE_HOME:-$HOME/.cache}/pulumi-operator-rs/previous-release/bin"
   # As in the upstream images: node and npm, python3 with venv (the machine's, on the image's
   # PATH) and Go for Go programs.
   # The node agent links PATH entries under /run/node-agent, where a go binary cannot find its
@@ -150,6 +153,8 @@ write_image_map() {
   "images": [
     {"image": "$OPERATOR_IMAGE", "entrypoint": ["$target/pulumi-operator"], "user": 65532},
     {"image": "$RUNNER_IMAGE", "entrypoint": ["$target/pulumi-runner"], "user": 65532},
+    {"image": "test.local/pulumi-operator-previous", "entrypoint": ["$previous/pulumi-operator"], "user": 65532},
+    {"image": "test.local/pulumi-runner-previous", "entrypoint": ["$previous/pulumi-runner"], "user": 65532},
     {"image": "pulumi/pulumi", "prefix": true, "path": ["$pulumi_path"$go_path], "user": 1000,
      "home": "/home/pulumi", "env": {"PULUMI_SKIP_UPDATE_CHECK": "true", "AWS_EC2_METADATA_DISABLED": "true"$go_env}},
     {"image": "test.local/pulumi-cloud-standin", "path": ["$REPO_ROOT/tests/pulumi-cloud-shim", "$pulumi_path"$go_path],
@@ -323,5 +328,6 @@ case "${1:-}" in
   down) cmd_down ;;
   status) cmd_status ;;
   build) build_tools; echo "$TOOLS_BIN" ;;
-  *) echo "usage: $0 up|down|status|build" >&2; exit 2 ;;
+  prerequisites) install_prerequisites ;;
+  *) echo "usage: $0 up|down|status|build|prerequisites" >&2; exit 2 ;;
 esac

@@ -33,7 +33,7 @@ const COMPONENT: &str = "kustomize/components/monitoring";
 
 /// Runs a tool built by tests/build-tools.sh from the repository's root; (success, output).
 fn tool(name: &str, args: &[&str]) -> (bool, String) {
-    let out = Command::new(test_support::tools_bin().join(name))
+    let out = Command::new(test_support::tool(name))
         .args(args)
         .current_dir(root())
         .env(

@@ -9,16 +9,21 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cluster="$(tests/local-cluster.sh up)"
 eval "$(tail -n1 <<<"$cluster")"
 export KUBECONFIG
-# The binaries the cluster runs as images (operator, runner).
-cargo build --workspace --bins
+# The previous release the upgrade test starts from (built once per commit; it builds this
+# checkout's binaries again afterwards), then the binaries the cluster runs as images (operator,
+# runner).
+# A failure here fails the run, but only the upgrade test needs it: the others still run.
 status=0
+tests/previous-release.sh >/dev/null || status=$?
+cargo build --workspace --bins
 cargo test --workspace --no-fail-fast "$@" || status=$?
 # Least privilege over the whole run: the rights the operator used (the API server's audit log)
 # against the rights it is granted. Only after a full run: a partial one uses less.
 if [ $# -eq 0 ]; then
   cargo test --test rbac_audit -- --ignored || status=$?
-  # helm install/upgrade/uninstall stops the kustomize-installed operator while it runs, so it
-  # runs alone, last.
-  cargo test --test helm_install -- --ignored || status=$?
+  # helm install/upgrade/uninstall, and the upgrade from the previous release, stop the
+  # kustomize-installed operator while they run, so they run alone (one test binary after the
+  # other), last.
+  cargo test --test helm_install --test helm_upgrade -- --ignored || status=$?
 fi
 exit $status

@@ -29,7 +29,7 @@ pub fn pulumi_dir() -> PathBuf {
         .get_or_init(|| {
             let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/build-tools.sh");
             let out = Command::new(&script)
-                .arg("--print")
+                .args(["--print", "pulumi"])
                 .output()
                 .expect("run tests/build-tools.sh --print");
             assert!(

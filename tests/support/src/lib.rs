@@ -2,6 +2,7 @@
 //! temporary namespace per test (removed afterwards), `kubectl` as a user would run it, and
 //! polling helpers. A missing cluster is a loud failure that names the command to start it.
 
+pub mod helm;
 pub mod workload;
 
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
@@ -1386,18 +1387,19 @@ pub async fn kill_operator() {
 // tests/build-tools.sh, on loopback.
 // ---------------------------------------------------------------------------------------------
 
-/// The directory of the tools tests/build-tools.sh built (the CLI, providers, `weed`).
-pub fn tools_bin() -> PathBuf {
+/// A tool tests/build-tools.sh built (`helm`, `weed`, `prometheus`, ...), once it is there: CI
+/// builds the ones only late tests need beside the tests, and this waits for that build.
+pub fn tool(name: &str) -> PathBuf {
     let out = Command::new(repo_root().join("tests/build-tools.sh"))
-        .arg("--print")
+        .args(["--print", name])
         .output()
         .expect("run tests/build-tools.sh --print");
     let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert!(
         out.status.success() && !dir.is_empty(),
-        "the test tools are not built: run tests/build-tools.sh"
+        "{name} is not built: build the test tools with tests/build-tools.sh"
     );
-    PathBuf::from(dir)
+    PathBuf::from(dir).join(name)
 }
 
 fn free_loopback_port() -> u16 {
@@ -1487,7 +1489,7 @@ impl S3Server {
             "-volume.preStopSeconds=0".into(),
             format!("-bucket={}", self.bucket),
         ];
-        let child = Command::new(tools_bin().join("weed"))
+        let child = Command::new(tool("weed"))
             .args(&args)
             .current_dir(&data)
             .stdout(log.try_clone().expect("log"))

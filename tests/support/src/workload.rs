@@ -2,18 +2,21 @@
 //! Stacks of three kinds (git with `Delete`, git with `Retain`, Program) taken through
 //! revisions, and a background observer of their operations that records what the invariants
 //! are checked against: operations of one Stack running at once, triggers that succeeded twice,
-//! retained workspaces deleted.
+//! retained workspaces deleted. The upgrade test (tests/helm_upgrade.rs) runs it too.
 
-use crate::StackFixture;
+use crate::{
+    kubectl, kubectl_result, kubectl_stdin, last_update, output_value, stack_ready, StackFixture,
+};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
-use pulumi_operator_api::Update;
+use pulumi_operator_api::{Stack, Update};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// A size from the environment (`CHAOS_STACKS`, `FAULT_ROUNDS`, ...), else `default`.
 pub fn env_or(name: &str, default: usize) -> usize {
@@ -260,4 +263,133 @@ pub fn observe(
             }
         });
     }
+}
+
+/// Waits until Stacks `s0`…`s{stacks-1}` are Ready at revision `expected` (commit `sha` for git
+/// sources), for at most `limit` seconds.
+pub async fn wait_converged(
+    f: &StackFixture,
+    stacks: usize,
+    expected: &str,
+    sha: &str,
+    limit: u64,
+) {
+    let api: Api<Stack> = f.stacks();
+    let started = Instant::now();
+    loop {
+        let mut pending = Vec::new();
+        for i in 0..stacks {
+            match api.get(&format!("s{i}")).await {
+                Ok(s)
+                    if stack_ready(&s)
+                        && output_value(&s) == expected
+                        && (kind(i) == Kind::Program
+                            || last_update(&s).last_successful_commit.as_deref() == Some(sha))
+                        && last_update(&s).generation == s.metadata.generation => {}
+                Ok(s) => pending.push(format!(
+                    "s{i}: ready={} output={:?} last={:?}",
+                    stack_ready(&s),
+                    output_value(&s),
+                    last_update(&s)
+                )),
+                Err(e) => pending.push(format!("s{i}: {e}")),
+            }
+        }
+        if pending.is_empty() {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(limit),
+            "stacks did not converge to {expected} in {limit}s: {pending:#?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// `kubectl` as a person or a CD tool runs it while the control plane restarts: retried until
+/// the API server takes it (up to 2 minutes).
+pub fn kubectl_retrying(args: &[&str], input: Option<&str>) -> String {
+    let started = Instant::now();
+    loop {
+        let (ok, out, err) = match input {
+            Some(yaml) => kubectl_stdin(args, yaml),
+            None => kubectl_result(args),
+        };
+        if ok {
+            return out;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "kubectl {args:?} failed for 2 minutes: {err}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+pub fn apply_retrying(f: &StackFixture, yaml: &str) {
+    kubectl_retrying(&["-n", f.ns(), "apply", "-f", "-"], Some(yaml));
+}
+
+/// Applies revision `round` to every Stack of the fleet; returns the commit.
+pub fn apply_round(f: &StackFixture, stacks: usize, round: usize) -> String {
+    apply_round_sleeping(f, stacks, round, 2)
+}
+
+/// As [`apply_round`], with git programs that take `seconds` to deploy.
+pub fn apply_round_sleeping(f: &StackFixture, stacks: usize, round: usize, seconds: u32) -> String {
+    let sha = f.repo.commit(
+        &[("Pulumi.yaml", &git_program(round, seconds))],
+        &format!("round {round}"),
+    );
+    for i in 0..stacks {
+        if kind(i) == Kind::Program {
+            apply_retrying(f, &program_object(&format!("prog-{i}"), round));
+        }
+        apply_retrying(f, &stack_object(f, i, &sha));
+    }
+    sha
+}
+
+/// What no fault may break, checked from the observations and the cluster at the end.
+pub fn assert_invariants(obs: &Arc<Mutex<Observations>>, f: &StackFixture) {
+    let o = obs.lock().expect("observations");
+    assert!(
+        o.overlaps.is_empty(),
+        "two operations of one Stack ran at once: {:#?}",
+        o.overlaps
+    );
+    let duplicates: Vec<String> = o
+        .succeeded
+        .iter()
+        .filter(|(_, names)| names.len() > 1)
+        .map(|(t, n)| format!("{t}: {n:?}"))
+        .collect();
+    assert!(
+        duplicates.is_empty(),
+        "a trigger succeeded more than once: {duplicates:#?}"
+    );
+    assert!(
+        o.retained_deleted.is_empty(),
+        "retained workspaces or cache claims were deleted while their Stacks lived: {:?}",
+        o.retained_deleted
+    );
+    assert_eq!(f.lock_files(), 0, "no stack is left locked");
+}
+
+/// Every Update of the namespace has ended (`Complete=True`).
+pub fn assert_no_update_stranded(ns: &str) {
+    let complete = kubectl(&[
+        "-n",
+        ns,
+        "get",
+        "updates",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Complete\")].status}{\"\\n\"}{end}",
+    ]);
+    let stranded: Vec<&str> = complete.lines().filter(|l| !l.ends_with("=True")).collect();
+    assert!(
+        stranded.is_empty(),
+        "Updates left without an end: {stranded:?} (of {} Updates)",
+        complete.lines().count()
+    );
 }
