@@ -20,13 +20,14 @@
 #   tests/build-tools.sh               build what is missing; last line: the directory holding
 #                                      the binaries
 #   BUILD_TOOLS_LATER=1 tests/build-tools.sh
-#                                      the same, but the modules only some late tests need
-#                                      (seaweedfs, prometheus) are left for a later call without
-#                                      it: .ci/run builds them beside the tests
+#                                      the same, but the modules only some later tests need
+#                                      (kubernetes-provider, seaweedfs, prometheus) are left for a
+#                                      later call without it: .ci/run builds them beside the
+#                                      first tests
 #   tests/build-tools.sh --print       print that directory without building (exit 1 if not
 #                                      everything is built)
-#   tests/build-tools.sh --print TOOL  print it once TOOL is there, waiting for a build under way
-#                                      (exit 1 if TOOL is not built and no build is under way)
+#   tests/build-tools.sh --print TOOL  print it once TOOL is there, waiting while a build is under
+#                                      way (exit 1 if TOOL is not built and no build is under way)
 #
 # Go modules and Go's build cache live under the same cache root, outside the checkout, so a
 # second machine run (or CI on the same machine) downloads and compiles nothing again. Modules
@@ -92,8 +93,11 @@ combined=""
 for m in "${MODULES[@]}"; do combined="$combined $(module_out "$m")"; done
 BIN_DIR="$CACHE_ROOT/tools-$K8S_VERSION-pulumi-$PULUMI_VERSION-$(echo "$combined" | sha256sum | cut -c1-16)/bin"
 
-# Modules that only some late tests need: BUILD_TOOLS_LATER=1 leaves them out.
-LATE_MODULES=" seaweedfs prometheus "
+# Modules that only some tests need, which tests/run.sh runs after those that fault the cluster
+# (the Kubernetes provider: e2e_programs, e2e_policy, e2e_pulumi, e2e_s3; SeaweedFS: e2e_s3;
+# Prometheus: monitoring, e2e_prometheus; Helm, beside the provider: the chart's tests):
+# BUILD_TOOLS_LATER=1 leaves them out.
+LATE_MODULES=" kubernetes-provider seaweedfs prometheus "
 SELECTED=()
 for m in "${MODULES[@]}"; do
   case "$LATE_MODULES" in
@@ -115,11 +119,18 @@ LOCK="$CACHE_ROOT/build-tools.lock"
 
 if [ "${1:-}" = "--print" ]; then
   if [ -n "${2:-}" ]; then
-    if [ ! -x "$BIN_DIR/$2" ]; then
-      exec 9>"$LOCK"
-      flock -s -w 3600 9 || exit 1
-    fi
-    [ -x "$BIN_DIR/$2" ] || exit 1
+    # Each module's binaries appear as soon as it is built: wait for this one while a build
+    # holds the lock (for up to an hour), and give up once no build is under way.
+    exec 9>"$LOCK"
+    waited=0
+    until [ -x "$BIN_DIR/$2" ]; do
+      if flock -s -n 9; then
+        [ -x "$BIN_DIR/$2" ] || exit 1
+        break
+      fi
+      [ "$waited" -lt 3600 ] || exit 1
+      sleep 2; waited=$((waited + 2))
+    done
   else
     all_built "${MODULES[@]}" || exit 1
   fi
@@ -181,7 +192,24 @@ build_module() { # module line → builds into its cache directory unless alread
   fi
   touch "$out.partial/.built"
   rm -rf "$out"; mv "$out.partial" "$out"
+  link_module "$m"
   log "built tests/tools/$dir in $((SECONDS - start))s"
+}
+
+# The directory's name is keyed by every module's pins, so a binary there never changes: a
+# module's binaries are added in place as soon as it is built (tests may be using the others, or
+# waiting for these with --print TOOL), each under a temporary name first so that a waiting
+# `--print TOOL` never sees half a file.
+link_module() { # module line → its built binaries linked into BIN_DIR
+  local out f name
+  out="$(module_out "$1")"
+  mkdir -p "$BIN_DIR"
+  for f in "$out"/*; do
+    name="${f##*/}"
+    [ -e "$BIN_DIR/$name" ] && continue
+    ln -f "$f" "$BIN_DIR/.$name.tmp" 2>/dev/null || cp -p "$f" "$BIN_DIR/.$name.tmp"
+    mv -f "$BIN_DIR/.$name.tmp" "$BIN_DIR/$name"
+  done
 }
 
 mkdir -p "$CACHE_ROOT/modules"
@@ -211,19 +239,8 @@ for m in "${SELECTED[@]}"; do
 done
 [ "$failed" = 0 ] || die "some tools did not build (see above)"
 
-# The directory's name is keyed by every module's pins, so a binary there never changes: the
-# missing ones are added in place (tests may be using the others), each under a temporary
-# name first so that a waiting `--print TOOL` never sees half a file.
-mkdir -p "$BIN_DIR"
-for m in "${SELECTED[@]}"; do
-  out="$(module_out "$m")"
-  for f in "$out"/*; do
-    name="${f##*/}"
-    [ -e "$BIN_DIR/$name" ] && continue
-    ln -f "$f" "$BIN_DIR/.$name.tmp" 2>/dev/null || cp -p "$f" "$BIN_DIR/.$name.tmp"
-    mv -f "$BIN_DIR/.$name.tmp" "$BIN_DIR/$name"
-  done
-done
+# Modules built by an earlier call (under earlier pins' directory) are linked here too.
+for m in "${SELECTED[@]}"; do link_module "$m"; done
 log "tools cached in $BIN_DIR"
 # Earlier pins' binaries (about 0.5 GB each) are not needed any more.
 keep=" $combined "

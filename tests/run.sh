@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
 # Runs every test: unit tests, and cluster tests against the local test cluster, which this
 # starts when it is not running (tests/local-cluster.sh up; it stays up afterwards). Every test
-# binary runs even when an earlier one fails (--no-fail-fast); the exit code is non-zero when any
-# test, or the cluster start, failed. Extra arguments go to `cargo test` (and skip the final
-# least-privilege check, which needs a whole run).
+# binary runs even when an earlier one fails; the exit code is non-zero when any test, or the
+# cluster start, failed.
+#
+#   tests/run.sh               everything: first, one after the other, the test binaries that
+#                              kill or scale the operator or fault the control plane; then the
+#                              others, TEST_LANES (3) at a time, longest first; last, alone, the
+#                              least-privilege check and the Helm install and upgrade. Each
+#                              binary's output is in target/test-logs/<package>-<test>.log; a
+#                              failed binary's output is printed whole.
+#   tests/run.sh ARGS...       `cargo test --workspace --no-fail-fast ARGS...`, one binary after
+#                              the other, without the final least-privilege and Helm checks
+#                              (e.g. `tests/run.sh --test e2e_s3`)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cluster="$(tests/local-cluster.sh up)"
@@ -16,14 +25,84 @@ export KUBECONFIG
 status=0
 tests/previous-release.sh >/dev/null || status=$?
 cargo build --workspace --bins
-cargo test --workspace --no-fail-fast "$@" || status=$?
-# Least privilege over the whole run: the rights the operator used (the API server's audit log)
-# against the rights it is granted. Only after a full run: a partial one uses less.
-if [ $# -eq 0 ]; then
-  cargo test --test rbac_audit -- --ignored || status=$?
-  # helm install/upgrade/uninstall, and the upgrade from the previous release, stop the
-  # kustomize-installed operator while they run, so they run alone (one test binary after the
-  # other), last.
-  cargo test --test helm_install --test helm_upgrade -- --ignored || status=$?
+if [ $# -gt 0 ]; then
+  cargo test --workspace --no-fail-fast "$@" || status=$?
+  exit $status
 fi
+
+# Test binaries that run alone, in this order: e2e_hostile counts the operator's reconciles over a
+# quiet minute (other tests' Stacks would count too); the others stop the operator (kill, scale)
+# or the API server and etcd under it.
+SERIAL="pulumi-operator:e2e_hostile pulumi-operator:e2e_chaos pulumi-operator:e2e_exactly_once
+  pulumi-operator:install pulumi-operator:e2e_faults"
+# Run last, --ignored, alone: least privilege over the whole run (the API server's audit log: the
+# rights the operator used against those it is granted; a partial run uses less), then the Helm
+# install and the upgrade from the previous release.
+LAST="pulumi-operator:rbac_audit pulumi-operator:helm_install pulumi-operator:helm_upgrade"
+# The rest run side by side, the longest first so that the lanes end together (the ones not
+# named here, short, follow in any order).
+LONGEST_FIRST="pulumi-operator:e2e_programs pulumi-operator:e2e_policy pulumi-operator:e2e_pulumi
+  pulumi-operator:e2e_s3 pulumi-operator:e2e pulumi-operator:e2e_workspace
+  pulumi-operator:e2e_sources pulumi-operator:e2e_suspend pulumi-operator:e2e_fields
+  pulumi-runner:run pulumi-runner:workspace pulumi-operator:e2e_plugin pulumi-operator:monitoring"
+export TEST_LOGS="$PWD/target/test-logs"
+rm -rf "$TEST_LOGS"; mkdir -p "$TEST_LOGS"
+
+# Every test executable: "<package>:<target> <package directory> <executable>".
+cargo test --workspace --no-run --message-format=json 2>"$TEST_LOGS/build.log" | python3 -c '
+import json, os, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        source, _, fragment = m["package_id"].partition("#")
+        pkg = fragment.split("@")[0] if "@" in fragment else source.rstrip("/").rsplit("/", 1)[-1]
+        name = m["target"]["name"] if m["target"]["kind"] == ["test"] else m["target"]["name"] + "-unit"
+        print(pkg + ":" + name, os.path.dirname(m["manifest_path"]), m["executable"])
+' >"$TEST_LOGS/binaries" || { cat "$TEST_LOGS/build.log" >&2; exit 1; }
+cargo test --workspace --doc >"$TEST_LOGS/doc.log" 2>&1 || { cat "$TEST_LOGS/doc.log"; status=1; }
+
+# "<package>:<target> [args]" → runs that binary from its package's directory (as cargo does),
+# its output to its log; prints one line when it passed, its whole output when it failed.
+run_binary() {
+  local key="${1%% *}" args="" dir exe log start=$SECONDS rc=0
+  [ "$key" = "$1" ] || args="${1#* }"
+  read -r _ dir exe < <(grep "^$key " "$TEST_LOGS/binaries")
+  [ -n "${exe:-}" ] || { echo "tests/run.sh: no test binary $key" >&2; return 1; }
+  log="$TEST_LOGS/${key/:/-}.log"
+  # shellcheck disable=SC2086
+  (cd "$dir" && CARGO_MANIFEST_DIR="$dir" "$exe" $args) >"$log" 2>&1 </dev/null || rc=$?
+  {
+    flock -x 9
+    if [ $rc = 0 ]; then
+      echo "test binary $key: ok in $((SECONDS - start))s ($(grep '^test result' "$log" | tail -n1))"
+    else
+      echo "test binary $key: FAILED (exit $rc) after $((SECONDS - start))s; its output:"
+      sed 's/^/    /' "$log"
+    fi
+  } 9>"$TEST_LOGS/.print-lock"
+  return $rc
+}
+export -f run_binary
+
+side_by_side=()
+for key in $LONGEST_FIRST; do side_by_side+=("$key"); done
+while read -r key _; do
+  case " $SERIAL $LAST ${side_by_side[*]} " in *" $key "*) ;; *) side_by_side+=("$key") ;; esac
+done <"$TEST_LOGS/binaries"
+phase=$SECONDS
+for key in $SERIAL; do run_binary "$key" || status=1; done
+echo "tests/run.sh: the binaries that run alone took $((SECONDS - phase))s"
+# The tools that only the binaries side by side need, when a build of them is under way (.ci/run
+# builds them beside the first binaries, which mostly wait on faults).
+phase=$SECONDS
+tests/build-tools.sh --print pulumi-resource-kubernetes >/dev/null ||
+  echo "tests/run.sh: the Kubernetes provider is not built (tests/build-tools.sh)" >&2
+echo "tests/run.sh: waited $((SECONDS - phase))s for the Kubernetes provider"
+phase=$SECONDS
+printf '%s\n' "${side_by_side[@]}" | xargs -d '\n' -P "${TEST_LANES:-3}" -n1 bash -c 'run_binary "$1"' _ ||
+  status=1
+echo "tests/run.sh: the binaries side by side took $((SECONDS - phase))s"
+phase=$SECONDS
+for key in $LAST; do run_binary "$key --ignored" || status=1; done
+echo "tests/run.sh: the last binaries took $((SECONDS - phase))s"
 exit $status
