@@ -24,6 +24,10 @@
 #                                      (kubernetes-provider, seaweedfs, prometheus) are left for a
 #                                      later call without it: .ci/run builds them beside the
 #                                      first tests
+#   BUILD_TOOLS_ONE_LANE=1 tests/build-tools.sh
+#                                      one module after the other, in the order below (beside
+#                                      tests, which keep the other core busy: the first module
+#                                      missing is ready soonest)
 #   tests/build-tools.sh --print       print that directory without building (exit 1 if not
 #                                      everything is built)
 #   tests/build-tools.sh --print TOOL  print it once TOOL is there, waiting while a build is under
@@ -221,8 +225,8 @@ build_lane() { # module lines → builds them one after the other; fails if any 
 }
 lane_shared=() lane_other=()
 for m in "${SELECTED[@]}"; do
-  case "${m%% *}" in
-    . | kubernetes-provider) lane_shared+=("$m") ;;
+  case "${BUILD_TOOLS_ONE_LANE:-0}:${m%% *}" in
+    1:* | *:. | *:kubernetes-provider) lane_shared+=("$m") ;;
     *) lane_other+=("$m") ;;
   esac
 done

@@ -120,7 +120,10 @@ target_dir() {
 # other so that a non-root container can reach them. Needs build_tools first.
 pulumi_image_dir() {
   local dir="$STATE_DIR/pulumi-image" f
-  rm -rf "$dir"; mkdir -p "$dir"
+  # Not emptied: running containers have it on their PATH. Each tool's link is replaced in place
+  # (a tool built since the last `up`, such as the provider that .ci/run builds beside the first
+  # tests, is added).
+  mkdir -p "$dir"
   # As in the upstream image: the CLI, its language hosts with the policy-pack launch scripts
   # (pulumi-analyzer-policy{,-python}), and the provider plugins.
   for f in "$TOOLS_BIN"/pulumi "$TOOLS_BIN"/pulumi-language-* "$TOOLS_BIN"/pulumi-analyzer-* "$TOOLS_BIN"/pulumi-resource-*; do

@@ -98,6 +98,8 @@ phase=$SECONDS
 tests/build-tools.sh --print pulumi-resource-kubernetes >/dev/null ||
   echo "tests/run.sh: the Kubernetes provider is not built (tests/build-tools.sh)" >&2
 echo "tests/run.sh: waited $((SECONDS - phase))s for the Kubernetes provider"
+# The `pulumi/pulumi` image holds the provider plugins there were at `up`: add it.
+tests/local-cluster.sh up >/dev/null || status=$?
 phase=$SECONDS
 printf '%s\n' "${side_by_side[@]}" | xargs -d '\n' -P "${TEST_LANES:-3}" -n1 bash -c 'run_binary "$1"' _ ||
   status=1

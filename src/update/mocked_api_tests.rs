@@ -1,5 +1,5 @@
-//! The Update controller's reconcile against a mocked API server (tower-test, as kube-rs's
-//! controller-rs tests its reconcile): which requests it makes, in which order, with what, for
+//! The Update controller's reconcile against a mocked API server (a tower service answering as
+//! the API server would, as kube-rs's controller-rs tests its reconcile): which requests it makes, in which order, with what, for
 //! the start of an operation and for the absorption of a finished one.
 
 use crate::runtime::cached::{CachedJob, CachedPod};
@@ -80,12 +80,13 @@ fn mocked(
     jobs: Vec<CachedJob>,
     pods: Vec<CachedPod>,
 ) -> (Arc<Context>, Arc<Mutex<Vec<Call>>>) {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let calls = Arc::new(Mutex::new(Vec::new()));
     let recorded = calls.clone();
     let stored = serde_json::to_value(update).unwrap();
-    tokio::spawn(async move {
-        while let Some((request, send)) = handle.next_request().await {
+    let service = tower::service_fn(move |request: Request<Body>| {
+        let recorded = recorded.clone();
+        let stored = stored.clone();
+        async move {
             let (parts, body) = request.into_parts();
             let bytes = body.collect_bytes().await.unwrap_or_default();
             let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
@@ -100,7 +101,7 @@ fn mocked(
                 "POST" => (201, body),
                 // A status write returns the Update with that status.
                 "PATCH" if call.path.ends_with("/status") => {
-                    let mut u = stored.clone();
+                    let mut u = stored;
                     u["status"] = body["status"].clone();
                     (200, u)
                 }
@@ -110,12 +111,10 @@ fn mocked(
                            "reason": "NotFound", "code": 404, "message": "not found"}),
                 ),
             };
-            let response = Response::builder()
+            Response::builder()
                 .status(code)
                 .header("content-type", "application/json")
                 .body(Body::from(serde_json::to_vec(&answer).unwrap()))
-                .unwrap();
-            send.send_response(response);
         }
     });
     let client = kube::Client::new(service, "default");
