@@ -1,6 +1,7 @@
 //! The Update controller's reconcile against a mocked API server (a tower service answering as
-//! the API server would, as kube-rs's controller-rs tests its reconcile): which requests it makes, in which order, with what, for
-//! the start of an operation and for the absorption of a finished one.
+//! the API server would, as kube-rs's controller-rs tests its reconcile): which requests it
+//! makes, in which order, with what, for the start of an operation and for the absorption of a
+//! finished one.
 
 use crate::runtime::cached::{CachedJob, CachedPod};
 use crate::runtime::context::{Context, Stores};
