@@ -77,7 +77,9 @@ run_binary() {
       echo "test binary $key: ok in $((SECONDS - start))s ($(grep '^test result' "$log" | tail -n1))"
     else
       echo "test binary $key: FAILED (exit $rc) after $((SECONDS - start))s; its output:"
-      sed 's/^/    /' "$log"
+      # Without the backtraces' frames, which say nothing a reader of CI output needs.
+      grep -Ev '^ +([0-9]+: |at )' "$log" | sed 's/^/    /'
+      echo "$key" >>"$TEST_LOGS/failed"
     fi
   } 9>"$TEST_LOGS/.print-lock"
   return $rc
@@ -107,4 +109,12 @@ echo "tests/run.sh: the binaries side by side took $((SECONDS - phase))s"
 phase=$SECONDS
 for key in $LAST; do run_binary "$key --ignored" || status=1; done
 echo "tests/run.sh: the last binaries took $((SECONDS - phase))s"
+# The failures again, in short, at the end, where a reader of a long run's output looks first.
+if [ -s "$TEST_LOGS/failed" ]; then
+  echo "tests/run.sh: what failed (the whole outputs are above and in $TEST_LOGS):"
+  while read -r key; do
+    echo "== $key"
+    tests/failure-digest.py "$TEST_LOGS/${key/:/-}.log" | sed 's/^/    /'
+  done <"$TEST_LOGS/failed"
+fi
 exit $status
