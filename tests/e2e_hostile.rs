@@ -571,11 +571,10 @@ spec:
         .iter()
         .map(|(c, n)| n.saturating_sub(before.get(c).copied().unwrap_or(0)))
         .sum();
-    let finished = test_support::metric_total(&metrics1, "pulumi_operator_updates_total")
-        .saturating_sub(test_support::metric_total(
-            &metrics0,
-            "pulumi_operator_updates_total",
-        ));
+    let finished =
+        test_support::metric_total(&metrics1, "pulumi_operator_updates_total").saturating_sub(
+            test_support::metric_total(&metrics0, "pulumi_operator_updates_total"),
+        );
     let mut started_per_stack = std::collections::BTreeMap::<String, u32>::new();
     for (name, stack) in updates1.iter().filter(|(n, _)| !updates0.contains_key(*n)) {
         eprintln!("operation started in the quiet minute: {stack}/{name}");

@@ -75,7 +75,7 @@ async fn main() -> anyhow::Result<()> {
     let client = Client::try_default().await?;
     node::register(&client, &cfg).await?;
     info!(node = %cfg.node_name, port = cfg.port, "node registered");
-    tokio::spawn(node::heartbeat(client.clone(), cfg.clone()));
+    node::spawn_heartbeat(cfg.clone())?;
     tokio::spawn(pvc::run(client.clone(), cfg.state_dir.clone()));
 
     let agent = Arc::new(pods::Agent::new(client.clone(), cfg.clone()));

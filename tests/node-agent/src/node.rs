@@ -68,9 +68,30 @@ async fn update(api: &Api<Node>, cfg: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Starts the heartbeat on a thread of its own, with its own runtime and client, as the kubelet's
+/// status loop is independent of its pod work: on a loaded machine, the agent's pod work (process
+/// starts, removing large pod directories) once kept the heartbeat from running for a minute, and
+/// the node lifecycle controller evicted every pod.
+pub fn spawn_heartbeat(cfg: Config) -> std::io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("heartbeat".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                match Client::try_default().await {
+                    Ok(client) => heartbeat(client, cfg).await,
+                    Err(e) => warn!("node heartbeat: no client: {e}"),
+                }
+            })
+        })?;
+    Ok(())
+}
+
 /// The node's status, posted every 5 s: the local cluster's node lifecycle controller marks the
 /// node NotReady 20 s after the last one (`--node-monitor-grace-period`, tests/local-cluster.sh).
-pub async fn heartbeat(client: Client, cfg: Config) {
+async fn heartbeat(client: Client, cfg: Config) {
     let api: Api<Node> = Api::all(client);
     loop {
         tokio::time::sleep(Duration::from_secs(5)).await;

@@ -361,7 +361,10 @@ impl Agent {
         if let Ok(mut pods) = self.pods.lock() {
             pods.remove(&handle.uid);
         }
-        let _ = std::fs::remove_dir_all(&handle.dir);
+        // A pod's directory can hold a dependency tree of tens of thousands of files: removed
+        // off the async workers, so that it cannot stall the agent.
+        let dir = handle.dir.clone();
+        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
     }
 
     /// Sleeps, returning `true` early when the pod is being deleted.

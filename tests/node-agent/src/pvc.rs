@@ -125,7 +125,12 @@ async fn reclaim(client: &Client, pv: &PersistentVolume, state_dir: &Path) {
     };
     // Only ever a directory we created, under our state directory.
     if path.starts_with(state_dir.join("pvc")) && path.exists() {
-        if let Err(e) = std::fs::remove_dir_all(&path) {
+        // Off the async workers: a dependency cache is a large tree.
+        let removing = path.clone();
+        let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(removing))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        if let Err(e) = removed {
             warn!(volume = %pv.name_any(), "cannot remove {}: {e}", path.display());
             return;
         }
