@@ -290,11 +290,16 @@ async fn prometheus_fires_the_stall_alert_and_answers_every_dashboard_query() {
     // that keeps running.
     f.repo
         .commit(&[("Pulumi.yaml", &record("tracked"))], "tracked");
-    f.sn.ns.apply(&f.stack_yaml(
-        "tracked",
-        "branch: main",
-        "  driftDetection:\n    schedules: [\"0 0 1 1 *\"]\n",
-    ));
+    // Each Stack has a Pulumi stack of its own: two Stacks on one backend stack take turns
+    // at its lock, and the one that loses fails (and raises PulumiStackFailing).
+    f.sn.ns.apply(
+        &f.stack_yaml(
+            "tracked",
+            "branch: main",
+            "  driftDetection:\n    schedules: [\"0 0 1 1 *\"]\n",
+        )
+        .replace("stack: dev", "stack: tracked"),
+    );
     let slow = f.repo.commit(
         &[("slow/Pulumi.yaml", &test_support::sleeping_program(900))],
         "slow",
@@ -305,8 +310,10 @@ async fn prometheus_fires_the_stall_alert_and_answers_every_dashboard_query() {
     );
 
     // A suspended Stack (spec.suspend) is counted as such.
-    f.sn.ns
-        .apply(&f.stack_yaml("paused", "branch: main", "  suspend: true\n"));
+    f.sn.ns.apply(
+        &f.stack_yaml("paused", "branch: main", "  suspend: true\n")
+            .replace("stack: dev", "stack: paused"),
+    );
 
     f.wait_stack_for(
         Duration::from_secs(300),
@@ -348,9 +355,10 @@ async fn prometheus_fires_the_stall_alert_and_answers_every_dashboard_query() {
         "ALERTS{alertname=\"PulumiOperatorNotLeading\"}".to_string(),
         format!("ALERTS{{namespace=\"{ns}\",name=\"tracked\"}}"),
     ] {
+        let raised = p.series(&quiet);
         assert!(
-            p.series(&quiet).is_empty(),
-            "{quiet} must not be pending or firing"
+            raised.is_empty(),
+            "{quiet} must not be pending or firing: {raised:?}"
         );
     }
 
