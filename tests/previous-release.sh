@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The previous release of the operator, for the upgrade test (tests/helm_upgrade.rs): the commit
 # named in tests/previous-release (a revision of this repository's history), exported with
-# `git archive` into the cache and built with this checkout's Cargo target directory. Its
-# dependencies are this checkout's, so only the project's own crates compile; its binaries and
-# chart are copied out, and this checkout's binaries are built again (the shared target
-# directory's `debug/pulumi-operator` and `debug/pulumi-runner` are what the local cluster runs).
-# Built once per commit.
+# `git archive` into the cache and built with this checkout's Cargo build directory (Cargo's
+# `build.build-dir`: dependencies and intermediate files), so only the project's own crates
+# compile, and a target directory of its own for the binaries: this checkout's
+# `debug/pulumi-operator` and `debug/pulumi-runner`, which the local cluster runs, are never
+# replaced, so this can build while tests run. Built once per commit.
 #
 #   tests/previous-release.sh          build what is missing; last line: the release's directory
 #                                      (bin/pulumi-operator, bin/pulumi-runner, chart/)
@@ -43,7 +43,8 @@ if [ "${1:-}" = "--print" ]; then
 fi
 
 if ! built; then
-  target="$(cd "$REPO_ROOT" && cargo metadata --format-version 1 --no-deps | jq -r .target_directory)"
+  build_dir="$(cd "$REPO_ROOT" && cargo metadata --format-version 1 --no-deps | jq -r .build_directory)"
+  target="$CACHE_ROOT/previous-release/target"
   src="$(mktemp -d)"
   trap 'rm -rf "$src"' EXIT
   git -C "$REPO_ROOT" archive "$commit" | tar -x -C "$src"
@@ -52,20 +53,20 @@ if ! built; then
   # already built, by this checkout's artifacts. A version of their own keeps them apart.
   sed -i '/^\[workspace.package\]/,/^\[/ s/^version = .*/version = "0.0.0-previous"/' "$src/Cargo.toml"
   grep -q '^version = "0.0.0-previous"' "$src/Cargo.toml" || die "cannot set the previous release's version"
-  log "building $commit (the previous release) in $target"
+  log "building $commit (the previous release) with the build directory $build_dir"
   start=$SECONDS
   # The whole workspace, as tests/run.sh builds it: the same features, so no dependency is
   # compiled again.
-  (cd "$src" && CARGO_TARGET_DIR="$target" cargo build --workspace --bins)
+  (cd "$src" && CARGO_BUILD_BUILD_DIR="$build_dir" CARGO_TARGET_DIR="$target" cargo build --workspace --bins)
   rm -rf "$out.tmp"
   mkdir -p "$out.tmp/bin"
   cp "$target/debug/pulumi-operator" "$target/debug/pulumi-runner" "$out.tmp/bin/"
+  rm -rf "$target"
   cp -r "$src/charts/pulumi-operator" "$out.tmp/chart"
   echo "$commit" >"$out.tmp/commit"
   rm -rf "$out"
   mv "$out.tmp" "$out"
-  log "built in $((SECONDS - start))s; building this checkout's binaries again"
-  (cd "$REPO_ROOT" && cargo build --workspace --bins)
+  log "built in $((SECONDS - start))s"
 fi
 ln -sfn "$out/bin" "$link.tmp" && mv -T "$link.tmp" "$link"
 echo "$out"
