@@ -161,7 +161,12 @@ async fn a_hostile_tenant_cannot_take_the_operator_down_or_read_secrets() {
     secret.push_str("---\napiVersion: v1\nkind: Secret\nmetadata: {name: db-admin}\nstringData:\n  password: cnry-db-admin-6e0a4c97\n");
     f.sn.ns.apply(&secret);
 
-    let base = |name: &str, source: &str, extra: &str| f.stack_yaml(name, source, extra);
+    // Each Stack on a Pulumi stack of its own: on one shared stack their operations would take
+    // turns at its lock, and a canary could fail on the lock instead of on its program.
+    let base = |name: &str, source: &str, extra: &str| {
+        f.stack_yaml(name, source, extra)
+            .replace("  stack: dev\n", &format!("  stack: {name}\n"))
+    };
     let commit = format!("commit: {good}");
     let mut cases: Vec<Case> = Vec::new();
     let mut add = |name: &str, yaml: String| {
@@ -292,8 +297,10 @@ spec:
     {
         add(
             &format!("stackname-{i}"),
-            base(&format!("stackname-{i}"), &commit, "")
-                .replace("  stack: dev\n", &format!("  stack: \"{stack}\"\n")),
+            base(&format!("stackname-{i}"), &commit, "").replace(
+                &format!("  stack: stackname-{i}\n"),
+                &format!("  stack: \"{stack}\"\n"),
+            ),
         );
     }
     // 4. Privilege through templates.
@@ -408,9 +415,9 @@ spec:
     for (i, spec) in [
         "  workspaceName: nope\n  stackName: dev\n  type: up\n",
         "  workspaceName: \"../../x\"\n  stackName: \"../../etc\"\n  type: destroy\n",
-        "  workspaceName: canary-ok\n  stackName: dev\n  type: destroy\n  ttlAfterCompleted: \"340282366920938463463374607431.9s\"\n",
+        "  workspaceName: canary-ok\n  stackName: canary-ok\n  type: destroy\n  ttlAfterCompleted: \"340282366920938463463374607431.9s\"\n",
         "  workspaceName: nope\n  stackName: dev\n  type: up\n  ttlAfterCompleted: \"1e999h\"\n",
-        "  workspaceName: canary-ok\n  stackName: dev\n  type: preview\n  message: \"$(cat /etc/passwd)\"\n",
+        "  workspaceName: canary-ok\n  stackName: canary-ok\n  type: preview\n  message: \"$(cat /etc/passwd)\"\n",
         "  workspaceName: \"\"\n  stackName: \"\"\n  type: refresh\n",
     ]
     .iter()
