@@ -163,10 +163,7 @@ async fn a_hostile_tenant_cannot_take_the_operator_down_or_read_secrets() {
 
     // Each Stack on a Pulumi stack of its own: on one shared stack their operations would take
     // turns at its lock, and a canary could fail on the lock instead of on its program.
-    let base = |name: &str, source: &str, extra: &str| {
-        f.stack_yaml(name, source, extra)
-            .replace("  stack: dev\n", &format!("  stack: {name}\n"))
-    };
+    let base = |name: &str, source: &str, extra: &str| f.own_stack_yaml(name, source, extra);
     let commit = format!("commit: {good}");
     let mut cases: Vec<Case> = Vec::new();
     let mut add = |name: &str, yaml: String| {

@@ -55,10 +55,8 @@ async fn a_black_holed_remote_does_not_delay_other_stacks() {
         .apply(&f.stack_yaml("pinned", &format!("commit: {sha}"), ""));
     // A Pulumi stack of its own: on `dev` with `pinned`, one of the two would wait for the
     // other's lock and its time to Ready would measure that, not the black-holed remotes.
-    f.sn.ns.apply(
-        &f.stack_yaml("tracking", "branch: main", "")
-            .replace("stack: dev", "stack: tracking"),
-    );
+    f.sn.ns
+        .apply(&f.own_stack_yaml("tracking", "branch: main", ""));
     for name in ["pinned", "tracking"] {
         f.wait_stack_for(
             Duration::from_secs(120),

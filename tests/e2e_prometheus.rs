@@ -290,30 +290,23 @@ async fn prometheus_fires_the_stall_alert_and_answers_every_dashboard_query() {
     // that keeps running.
     f.repo
         .commit(&[("Pulumi.yaml", &record("tracked"))], "tracked");
-    // Each Stack has a Pulumi stack of its own: two Stacks on one backend stack take turns
-    // at its lock, and the one that loses fails (and raises PulumiStackFailing).
-    f.sn.ns.apply(
-        &f.stack_yaml(
-            "tracked",
-            "branch: main",
-            "  driftDetection:\n    schedules: [\"0 0 1 1 *\"]\n",
-        )
-        .replace("stack: dev", "stack: tracked"),
-    );
+    // On a Pulumi stack of its own: on `broken`'s, whose retries hold its lock every second,
+    // an operation could fail on the lock and raise PulumiStackFailing.
+    f.sn.ns.apply(&f.own_stack_yaml(
+        "tracked",
+        "branch: main",
+        "  driftDetection:\n    schedules: [\"0 0 1 1 *\"]\n",
+    ));
     let slow = f.repo.commit(
         &[("slow/Pulumi.yaml", &test_support::sleeping_program(900))],
         "slow",
     );
-    f.sn.ns.apply(
-        &f.stack_yaml("slow", &format!("commit: {slow}\n  repoDir: slow"), "")
-            .replace("stack: dev", "stack: slow"),
-    );
+    f.sn.ns
+        .apply(&f.own_stack_yaml("slow", &format!("commit: {slow}\n  repoDir: slow"), ""));
 
     // A suspended Stack (spec.suspend) is counted as such.
-    f.sn.ns.apply(
-        &f.stack_yaml("paused", "branch: main", "  suspend: true\n")
-            .replace("stack: dev", "stack: paused"),
-    );
+    f.sn.ns
+        .apply(&f.own_stack_yaml("paused", "branch: main", "  suspend: true\n"));
 
     f.wait_stack_for(
         Duration::from_secs(300),

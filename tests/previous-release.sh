@@ -43,7 +43,7 @@ if [ "${1:-}" = "--print" ]; then
 fi
 
 if ! built; then
-  build_dir="$(cd "$REPO_ROOT" && cargo metadata --format-version 1 --no-deps | jq -r .build_directory)"
+  build_dir="$(cd "$REPO_ROOT" && cargo metadata --format-version 1 --no-deps | jq -r '.build_directory // .target_directory')"
   target="$CACHE_ROOT/previous-release/target"
   src="$(mktemp -d)"
   trap 'rm -rf "$src"' EXIT

@@ -653,15 +653,27 @@ impl StackFixture {
         &self.sn.ns.name
     }
 
-    /// A Stack manifest in PKO's shape; `source` holds `commit:` or `branch:` lines.
+    /// A Stack manifest in PKO's shape, on the Pulumi stack `dev`; `source` holds `commit:` or
+    /// `branch:` lines.
     pub fn stack_yaml(&self, name: &str, source: &str, extra: &str) -> String {
+        self.stack_yaml_on("dev", name, source, extra)
+    }
+
+    /// As [`StackFixture::stack_yaml`], on a Pulumi stack named after the Stack: for Stacks
+    /// whose operations may overlap in one fixture (one backend), which on a shared stack would
+    /// take turns at its lock, and the one that lost would fail.
+    pub fn own_stack_yaml(&self, name: &str, source: &str, extra: &str) -> String {
+        self.stack_yaml_on(name, name, source, extra)
+    }
+
+    fn stack_yaml_on(&self, stack: &str, name: &str, source: &str, extra: &str) -> String {
         format!(
             r#"apiVersion: pulumi.com/v1
 kind: Stack
 metadata:
   name: {name}
 spec:
-  stack: dev
+  stack: {stack}
   projectRepo: {url}
   {source}
   backend: {backend}
