@@ -890,6 +890,43 @@ spec:
         );
     }
 
+    // A pack that cannot run: the check fails without the packs' verdict. That is said (not
+    // taken for a clean report) and tried again; the deployed revision stays as it was.
+    let broken: Vec<(String, String)> = advisory
+        .iter()
+        .map(|(path, content)| match path.ends_with("index.ts") {
+            true => (
+                path.clone(),
+                format!("{content}\nthis is not ( typescript\n"),
+            ),
+            false => (path.clone(), content.clone()),
+        })
+        .collect();
+    let broken_commit = packs.commit_files(&broken, "broken");
+    wait_policy(&policies, &name, "the policy at the broken commit", |p| {
+        revision(p) == broken_commit
+    })
+    .await;
+    let s = f
+        .wait_stack_for(FIRST, "bad", "the failed policy check said", |s| {
+            condition(s, "PolicyWarnings").is_some_and(|c| c.reason == "PolicyCheckFailed")
+        })
+        .await;
+    assert!(stack_ready(&s), "a failed policy check never changes Ready");
+    assert_eq!(last_update(&s).name, deployed, "no up ran");
+    let failure = s
+        .status
+        .as_ref()
+        .and_then(|st| st.policy.as_ref())
+        .and_then(|p| p.check_failure.clone())
+        .expect("status.policy.checkFailure");
+    assert!(failure.attempts >= 1, "{failure:?}");
+    let events = kubectl(&["-n", &ns, "get", "events", "-o", "json"]);
+    assert!(
+        events.contains("PolicyCheckFailed"),
+        "no PolicyCheckFailed Event"
+    );
+
     let second = packs.commit_files(&pack_files("typescript-limits"), "mandatory");
     wait_policy(
         &policies,
@@ -903,7 +940,7 @@ spec:
             s.status
                 .as_ref()
                 .and_then(|st| st.policy.as_ref())
-                .is_some_and(|r| r.mandatory == 1)
+                .is_some_and(|r| r.mandatory == 1 && r.check_failure.is_none())
         })
         .await;
     assert!(stack_ready(&s), "a policy check never changes Ready");

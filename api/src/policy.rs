@@ -275,4 +275,23 @@ pub struct PolicyReport {
     /// packs covering the Stack differ, the operator previews it again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// Set when the last policy check with these packs ended without their verdict (its
+    /// preview failed for another reason): the check is tried again after a backoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_failure: Option<PolicyCheckFailure>,
+}
+
+/// A policy check that ended without the packs' verdict.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyCheckFailure {
+    /// Why it failed: the first lines of the check's error.
+    pub message: String,
+    /// The failed check's Update.
+    pub update: String,
+    /// How many checks with these packs have failed in a row.
+    pub attempts: i64,
+    /// When the last of them ended. The next check starts 30 s after it, doubling with each
+    /// failure, at most 10 minutes.
+    pub last_attempt: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 }

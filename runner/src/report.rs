@@ -156,6 +156,7 @@ mod tests {
             mandatory: 40,
             items: (0..20).map(item).collect(),
             digest: None,
+            check_failure: None,
         });
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("termination-log");

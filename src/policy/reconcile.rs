@@ -306,6 +306,7 @@ pub async fn reconcile(
     for pack in &policy.spec.packs {
         answers.push((pack.name.clone(), pack_answer(pack, &ctx).await));
     }
+    let next = next_look(&policy, &answers);
     let answers = carry_over(&policy, answers);
     let now = Time(jiff::Timestamp::now());
     let status = fold_status(&policy, &answers, covered_stacks(&policy, &ctx), &now);
@@ -324,18 +325,26 @@ pub async fn reconcile(
         .await?;
         info!(policy = %policy.name_any(), packs = ?status.pack_names, "stack policy status written");
     }
-    let branches = policy
+    Ok(Action::requeue(next))
+}
+
+/// When the policy is looked at again, from the answers before the status carried anything
+/// over: soon while a lookup is in flight (its answer is used as soon as it lands, not one
+/// poll period later, when it would already be about to expire), every [`BRANCH_MAX_AGE`] for
+/// packs that follow a branch or a Flux source, else now and then (the covered count follows
+/// Stacks and namespaces).
+pub fn next_look(policy: &StackPolicy, answers: &[(String, PackAnswer)]) -> Duration {
+    let moving = policy
         .spec
         .packs
         .iter()
         .any(|p| p.flux_source.is_some() || p.git.as_ref().is_some_and(|g| g.branch.is_some()));
     if answers.iter().any(|(_, a)| *a == PackAnswer::Pending) {
-        Ok(Action::requeue(Duration::from_secs(2)))
-    } else if branches {
-        Ok(Action::requeue(BRANCH_MAX_AGE))
+        Duration::from_secs(2)
+    } else if moving {
+        BRANCH_MAX_AGE
     } else {
-        // The covered count follows Stacks and namespaces; refreshed now and then.
-        Ok(Action::requeue(Duration::from_secs(300)))
+        Duration::from_secs(300)
     }
 }
 
@@ -444,6 +453,15 @@ mod tests {
             ("labels".to_string(), PackAnswer::Pending),
         ];
         assert_eq!(carry_over(&p, again.clone()), first);
+        // But the read in flight is looked for again soon, not a poll period later: a head
+        // read at one look would be just as old as the limit at the next one, and read again.
+        assert_eq!(next_look(&p, &again), Duration::from_secs(2));
+        assert_eq!(next_look(&p, &first), Duration::from_secs(300));
+        p.spec.packs = serde_json::from_value(serde_json::json!([
+            {"name": "limits", "git": {"url": "https://git.example/p.git", "branch": "main"}}
+        ]))
+        .unwrap();
+        assert_eq!(next_look(&p, &first), BRANCH_MAX_AGE);
         // A new generation starts afresh.
         p.metadata.generation = Some(4);
         assert_eq!(carry_over(&p, again.clone()), again);

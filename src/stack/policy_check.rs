@@ -5,15 +5,19 @@
 //! [`POLICY_CHECK_ANNOTATION`] that, like a drift check, is not the Stack's `lastUpdate` and
 //! never changes `Ready`: it reports what the packs now say (`status.policy`,
 //! `PolicyWarnings`). At most [`MAX_IN_FLIGHT`] checks run at once in the operator, so a change
-//! covering 1,000 Stacks does not start 1,000 operations together.
+//! covering 1,000 Stacks does not start 1,000 operations together. A check that ends without
+//! the packs' verdict (its preview failed for another reason: the pack could not be fetched,
+//! its dependencies not installed, the pod was lost) says so in `PolicyWarnings` and an Event,
+//! and is tried again after a backoff: it is never taken for a clean report.
 
 use crate::stack::objects::{build_update, short_hash};
-use crate::stack::status::mark_policy_warnings;
+use crate::stack::status::{mark_policy_warnings, set_policy_warnings};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use pulumi_operator_api::policy::PolicyReport;
+use pulumi_operator_api::policy::{PolicyCheckFailure, PolicyReport};
 use pulumi_operator_api::{Stack, StackStatus, Update, UpdateType};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Marks an Update as a policy check; the value is the digest of the packs it checks.
 pub const POLICY_CHECK_ANNOTATION: &str = "pulumi-operator-rs.dev/policy-check";
@@ -23,6 +27,14 @@ pub const POLICY_DIGEST_ANNOTATION: &str = "pulumi-operator-rs.dev/policy-digest
 pub const CHECK_MESSAGE: &str = "Policy check";
 /// The most policy checks running at once.
 pub const MAX_IN_FLIGHT: usize = 10;
+/// The wait before a failed check is tried again, doubled with each failure in a row.
+const RETRY_FIRST: Duration = Duration::from_secs(30);
+/// The longest wait between failed checks.
+const RETRY_MAX: Duration = Duration::from_secs(600);
+/// The reason of `PolicyWarnings` and of the Event when a check ended without a verdict.
+pub const REASON_CHECK_FAILED: &str = "PolicyCheckFailed";
+/// The most lines of a failed check's error the status keeps.
+const FAILURE_LINES: usize = 5;
 
 pub fn is_check(update: &Update) -> bool {
     update.annotations().contains_key(POLICY_CHECK_ANNOTATION)
@@ -35,22 +47,62 @@ pub enum Step {
     Nothing,
     /// No pack covers it any more: forget what the last ones said.
     Forget,
-    /// Preview with the packs of this digest.
-    Check(String),
+    /// Preview with the packs of this digest; `attempt` counts the checks of them that failed
+    /// before (it names the Update, so a retry is a new one).
+    Check { digest: String, attempt: i64 },
     /// A check is due but [`MAX_IN_FLIGHT`] run already.
     Wait,
+    /// The last check of these packs failed: the next is due after this wait.
+    RetryIn(Duration),
 }
 
-/// The step for the digest recorded in the status and the current one.
-pub fn step(status: &StackStatus, current: Option<&str>, in_flight: usize) -> Step {
+/// The step for the digest recorded in the status and the current one, at `now`.
+pub fn step(
+    status: &StackStatus,
+    current: Option<&str>,
+    in_flight: usize,
+    now: jiff::Timestamp,
+) -> Step {
     let recorded = status.policy.as_ref().and_then(|p| p.digest.as_deref());
-    match (recorded, current) {
-        (r, c) if r == c => Step::Nothing,
-        (_, None) if status.policy.is_some() => Step::Forget,
-        (_, None) => Step::Nothing,
+    let failure = status
+        .policy
+        .as_ref()
+        .and_then(|p| p.check_failure.as_ref());
+    let attempt = match (recorded, current, failure) {
+        (r, Some(_), Some(f)) if r == current => {
+            let wait = retry_due(f, now);
+            if !wait.is_zero() {
+                return Step::RetryIn(wait);
+            }
+            f.attempts
+        }
+        (r, c, _) if r == c => return Step::Nothing,
+        (_, None, _) if status.policy.is_some() => return Step::Forget,
+        (_, None, _) => return Step::Nothing,
+        _ => 0,
+    };
+    match current {
         _ if in_flight >= MAX_IN_FLIGHT => Step::Wait,
-        (_, Some(c)) => Step::Check(c.to_string()),
+        Some(c) => Step::Check {
+            digest: c.to_string(),
+            attempt,
+        },
+        None => Step::Nothing,
     }
+}
+
+/// How long until the check after `failure` is due (zero: now).
+fn retry_due(failure: &PolicyCheckFailure, now: jiff::Timestamp) -> Duration {
+    let doublings = u32::try_from(failure.attempts.saturating_sub(1).clamp(0, 16)).unwrap_or(16);
+    let backoff = RETRY_FIRST.saturating_mul(1 << doublings).min(RETRY_MAX);
+    let since = now.duration_since(failure.last_attempt.0).unsigned_abs();
+    // A last attempt in the future (a clock that went back) counts as just now.
+    let since = if now < failure.last_attempt.0 {
+        Duration::ZERO
+    } else {
+        since
+    };
+    backoff.saturating_sub(since)
 }
 
 /// Policy checks not finished yet, among `updates`.
@@ -61,19 +113,23 @@ pub fn in_flight(updates: &[Arc<Update>]) -> usize {
         .count()
 }
 
-/// The Update of a policy check of the deployed revision, named after the digest it checks.
-pub fn build_check(stack: &Stack, revision: &str, digest: &str) -> Update {
+/// The Update of a policy check of the deployed revision, named after the digest it checks and
+/// the attempt.
+pub fn build_check(stack: &Stack, revision: &str, digest: &str, attempt: i64) -> Update {
     let mut update = build_update(stack, UpdateType::Preview, CHECK_MESSAGE, revision);
-    update.metadata.name = Some(format!(
-        "{}-{}",
-        stack.name_any(),
-        short_hash(&[
-            stack.uid().unwrap_or_default().as_str(),
-            "policy-check",
-            revision,
-            digest,
-        ])
-    ));
+    let attempt = attempt.to_string();
+    let mut parts = vec![
+        stack.uid().unwrap_or_default(),
+        "policy-check".to_string(),
+        revision.to_string(),
+        digest.to_string(),
+    ];
+    // The first attempt keeps the name it always had.
+    if attempt != "0" {
+        parts.push(attempt);
+    }
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    update.metadata.name = Some(format!("{}-{}", stack.name_any(), short_hash(&parts)));
     update.spec.expect_no_changes = None;
     update
         .metadata
@@ -102,9 +158,15 @@ pub fn record_digest(status: &mut StackStatus, update: &Update) {
     }
 }
 
-/// A finished check: what the packs say now, with its digest (also when the preview failed
-/// for another reason: the check is not repeated for the same packs).
-pub fn absorb_check(status: &mut StackStatus, update: &Update, generation: i64, now: &Time) {
+/// A finished check: what the packs say now, with its digest. A check that failed without a
+/// mandatory violation to explain it did not hear the packs out: it is recorded as failed
+/// (counted, with the first lines of its error) and returned, so that it is said and retried.
+pub fn absorb_check(
+    status: &mut StackStatus,
+    update: &Update,
+    generation: i64,
+    now: &Time,
+) -> Option<PolicyCheckFailure> {
     // The check is over: the Stack is free for its next operation.
     status.current_update = None;
     let digest = update.annotations().get(POLICY_CHECK_ANNOTATION).cloned();
@@ -113,9 +175,75 @@ pub fn absorb_check(status: &mut StackStatus, update: &Update, generation: i64, 
         .as_ref()
         .and_then(|s| s.policy.clone())
         .unwrap_or_default();
+    // Only the operator says a check failed; whatever the pod wrote there is not kept.
+    report.check_failure = None;
+    let failed = crate::update::status::update_failed(update) && report.mandatory <= 0;
+    if failed {
+        let before = status
+            .policy
+            .as_ref()
+            .filter(|p| p.digest == digest)
+            .and_then(|p| p.check_failure.as_ref())
+            .map_or(0, |f| f.attempts);
+        let message = update
+            .status
+            .as_ref()
+            .and_then(|s| s.message.as_deref())
+            .unwrap_or("the preview failed without a message");
+        report.check_failure = Some(PolicyCheckFailure {
+            message: first_lines(message),
+            update: update.name_any(),
+            attempts: before + 1,
+            // The end the Update reports, never later than now.
+            last_attempt: update
+                .status
+                .as_ref()
+                .and_then(|s| s.end_time.clone())
+                .filter(|end| end.0 <= now.0)
+                .unwrap_or_else(|| now.clone()),
+        });
+    }
     report.digest = digest;
+    let failure = report.check_failure.clone();
     status.policy = Some(Box::new(report));
-    mark_policy_warnings(status, generation, now, true);
+    match &failure {
+        Some(f) => set_policy_warnings(
+            status,
+            REASON_CHECK_FAILED,
+            failure_note(f),
+            generation,
+            now,
+        ),
+        None => mark_policy_warnings(status, generation, now, true),
+    }
+    failure
+}
+
+/// The first lines of an error, for the status.
+fn first_lines(message: &str) -> String {
+    let lines: Vec<&str> = message
+        .lines()
+        .map(str::trim_end)
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    let mut kept = lines[..lines.len().min(FAILURE_LINES)].join("\n");
+    if lines.len() > FAILURE_LINES {
+        kept.push_str("\n...");
+    }
+    kept
+}
+
+/// What is said of a failed check (the condition's message and the Event's note).
+pub fn failure_note(failure: &PolicyCheckFailure) -> String {
+    let next = retry_due(failure, failure.last_attempt.0);
+    format!(
+        "the policy check with the packs now covering the Stack failed ({} in a row, Update {}), \
+         so they have not been heard; it is tried again in {}s: {}",
+        failure.attempts,
+        failure.update,
+        next.as_secs(),
+        failure.message
+    )
 }
 
 /// No pack covers the Stack any more.
@@ -141,26 +269,142 @@ mod tests {
 
     #[test]
     fn a_check_runs_when_the_covering_packs_change_and_not_too_many_at_once() {
-        assert_eq!(step(&recorded(Some("a")), Some("a"), 0), Step::Nothing);
+        let now = at(0);
+        let check = |d: &str| Step::Check {
+            digest: d.into(),
+            attempt: 0,
+        };
+        assert_eq!(step(&recorded(Some("a")), Some("a"), 0, now), Step::Nothing);
+        assert_eq!(step(&recorded(Some("a")), Some("b"), 0, now), check("b"));
         assert_eq!(
-            step(&recorded(Some("a")), Some("b"), 0),
-            Step::Check("b".into())
-        );
-        assert_eq!(
-            step(&recorded(Some("a")), Some("b"), MAX_IN_FLIGHT),
+            step(&recorded(Some("a")), Some("b"), MAX_IN_FLIGHT, now),
             Step::Wait
         );
         // Newly covered, never checked.
-        assert_eq!(
-            step(&StackStatus::default(), Some("b"), 0),
-            Step::Check("b".into())
-        );
+        assert_eq!(step(&StackStatus::default(), Some("b"), 0, now), check("b"));
         // Not covered any more: nothing to run, the report goes.
         assert_eq!(
-            step(&recorded(Some("a")), None, MAX_IN_FLIGHT),
+            step(&recorded(Some("a")), None, MAX_IN_FLIGHT, now),
             Step::Forget
         );
-        assert_eq!(step(&StackStatus::default(), None, 0), Step::Nothing);
+        assert_eq!(step(&StackStatus::default(), None, 0, now), Step::Nothing);
+    }
+
+    fn at(seconds: i64) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+    }
+
+    /// A check of `digest` that ended at `end` (seconds from `at(0)`), failed without a verdict.
+    fn failed_check(digest: &str, attempt: i64, end: i64) -> Update {
+        let mut check = build_check(&stack(), "abc", digest, attempt);
+        check.status = Some(pulumi_operator_api::UpdateStatus {
+            message: Some(format!(
+                "policy pack \"limits\" could not be installed:\nnpm ERR! code E404\n{}",
+                "npm ERR! more\n".repeat(10)
+            )),
+            end_time: Some(Time(at(end))),
+            conditions: Some(vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                    type_: "Failed".into(),
+                    status: "True".into(),
+                    reason: "UpdateFailed".into(),
+                    message: String::new(),
+                    last_transition_time: Time(at(end)),
+                    observed_generation: None,
+                },
+            ]),
+            ..Default::default()
+        });
+        check
+    }
+
+    #[test]
+    fn a_check_that_failed_without_a_verdict_is_said_and_tried_again_with_backoff() {
+        let mut st = recorded(Some("d0"));
+        let first = failed_check("d1", 0, 0);
+        let failure = absorb_check(&mut st, &first, 3, &Time(at(1))).expect("a failure");
+        assert_eq!(failure.attempts, 1);
+        assert_eq!(failure.update, first.name_any());
+        assert!(
+            failure.message.starts_with("policy pack"),
+            "{}",
+            failure.message
+        );
+        assert!(failure.message.ends_with("..."), "cut to its first lines");
+        let report = st.policy.as_ref().unwrap();
+        assert_eq!(report.digest.as_deref(), Some("d1"));
+        let warn = st
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "PolicyWarnings")
+            .unwrap();
+        assert_eq!(warn.reason, REASON_CHECK_FAILED);
+        assert!(warn.message.contains("E404"), "{}", warn.message);
+        assert!(
+            warn.message.contains("tried again in 30s"),
+            "{}",
+            warn.message
+        );
+
+        // Not before its backoff; then again, under another name.
+        assert_eq!(
+            step(&st, Some("d1"), 0, at(10)),
+            Step::RetryIn(std::time::Duration::from_secs(20))
+        );
+        let again = Step::Check {
+            digest: "d1".into(),
+            attempt: 1,
+        };
+        assert_eq!(step(&st, Some("d1"), 0, at(30)), again);
+        assert_eq!(step(&st, Some("d1"), MAX_IN_FLIGHT, at(30)), Step::Wait);
+        let second = failed_check("d1", 1, 40);
+        assert_ne!(second.name_any(), first.name_any());
+        let failure = absorb_check(&mut st, &second, 3, &Time(at(41))).unwrap();
+        assert_eq!(failure.attempts, 2, "counted in a row");
+        assert_eq!(
+            step(&st, Some("d1"), 0, at(50)),
+            Step::RetryIn(std::time::Duration::from_secs(50)),
+            "the wait doubles"
+        );
+        // Other packs meanwhile: checked at once, counted afresh.
+        assert_eq!(
+            step(&st, Some("d2"), 0, at(50)),
+            Step::Check {
+                digest: "d2".into(),
+                attempt: 0
+            }
+        );
+        // Many failures: never more than 10 minutes apart.
+        st.policy
+            .as_mut()
+            .unwrap()
+            .check_failure
+            .as_mut()
+            .unwrap()
+            .attempts = 40;
+        assert_eq!(step(&st, Some("d1"), 0, at(40)), Step::RetryIn(RETRY_MAX));
+        // A check that failed on a mandatory violation is the packs' verdict.
+        let mut refused = failed_check("d1", 2, 700);
+        refused.status.as_mut().unwrap().policy = Some(PolicyReport {
+            violations: 1,
+            mandatory: 1,
+            ..Default::default()
+        });
+        assert_eq!(absorb_check(&mut st, &refused, 3, &Time(at(701))), None);
+        assert_eq!(step(&st, Some("d1"), 0, at(701)), Step::Nothing);
+        // A failure the pod claims in its report is not taken.
+        let mut claimed = build_check(&stack(), "abc", "d3", 0);
+        claimed.status = Some(pulumi_operator_api::UpdateStatus {
+            policy: Some(PolicyReport {
+                check_failure: failure.clone().into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert_eq!(absorb_check(&mut st, &claimed, 3, &Time(at(702))), None);
+        assert_eq!(step(&st, Some("d3"), 0, at(702)), Step::Nothing);
     }
 
     fn stack() -> Stack {
@@ -175,12 +419,12 @@ mod tests {
     #[test]
     fn a_check_is_a_preview_that_reports_what_the_packs_say_now() {
         let now = Time(jiff::Timestamp::from_second(1_800_000_000).unwrap());
-        let mut check = build_check(&stack(), "abc", "d1");
+        let mut check = build_check(&stack(), "abc", "d1", 0);
         assert!(is_check(&check));
         assert_eq!(check.spec.update_type, Some(UpdateType::Preview));
         assert_ne!(
             check.name_any(),
-            build_check(&stack(), "abc", "d2").name_any()
+            build_check(&stack(), "abc", "d2", 0).name_any()
         );
         check.status = Some(pulumi_operator_api::UpdateStatus {
             policy: Some(PolicyReport {

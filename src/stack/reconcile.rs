@@ -88,6 +88,8 @@ struct Pass<'a> {
     saved_plan: Option<String>,
     /// Whether the absorbed Update was a policy check.
     policy_checked: bool,
+    /// How the absorbed policy check failed, when it ended without the packs' verdict.
+    policy_check_failure: Option<pulumi_operator_api::policy::PolicyCheckFailure>,
     /// An approval refused by this pass (its Warning Event is published when the pass ends).
     refused_approval: Option<String>,
 }
@@ -105,8 +107,9 @@ enum Purpose {
     Plan,
     /// The `up` of this approved plan.
     ApplyPlan(String, approval::ApprovedBy),
-    /// A preview with the policy packs of this digest (they changed since the last operation).
-    PolicyCheck(String),
+    /// A preview with the policy packs of this digest (they changed since the last operation),
+    /// and how many checks of them failed before.
+    PolicyCheck(String, i64),
 }
 
 /// What drift detection asks of a synced Stack.
@@ -251,6 +254,7 @@ impl<'a> Pass<'a> {
             absorbed: None,
             drift_finding: None,
             policy_checked: false,
+            policy_check_failure: None,
             saved_plan: None,
             refused_approval: None,
         })
@@ -466,7 +470,8 @@ impl<'a> Pass<'a> {
     /// together with what the pass decides next, and then the Update is released.
     async fn absorb(&mut self, update: &Update) -> Result<()> {
         if policy_check::is_check(update) {
-            policy_check::absorb_check(&mut self.status, update, self.generation, &self.now);
+            self.policy_check_failure =
+                policy_check::absorb_check(&mut self.status, update, self.generation, &self.now);
             self.policy_checked = true;
             self.absorbed = Some(Arc::new(update.clone()));
             return Ok(());
@@ -581,7 +586,14 @@ impl<'a> Pass<'a> {
     }
 
     /// The Event, metric and log line of the policy violations an operation reported.
-    async fn announce_policy(&self, update: &Update) {
+    async fn announce_policy(&mut self, update: &Update) {
+        if let Some(failure) = self.policy_check_failure.take() {
+            let note = policy_check::failure_note(&failure);
+            warn!(update = %update.name_any(), attempts = failure.attempts, "{note}");
+            self.publish(EventType::Warning, policy_check::REASON_CHECK_FAILED, note)
+                .await;
+            return;
+        }
         let Some(report) = update.status.as_ref().and_then(|s| s.policy.as_ref()) else {
             return;
         };
@@ -697,7 +709,7 @@ impl<'a> Pass<'a> {
             _ => return None,
         };
         let in_flight = policy_check::in_flight(&self.ctx.stores.updates.state());
-        match policy_check::step(&self.status, current.as_deref(), in_flight) {
+        match policy_check::step(&self.status, current.as_deref(), in_flight, self.now.0) {
             policy_check::Step::Nothing => None,
             policy_check::Step::Forget => {
                 policy_check::forget(&mut self.status, self.generation, &self.now);
@@ -734,9 +746,9 @@ impl<'a> Pass<'a> {
             step => step,
         };
         let policy = self.policy_step();
-        if let Some(policy_check::Step::Check(digest)) = policy {
+        if let Some(policy_check::Step::Check { digest, attempt }) = policy {
             let reason = policy_check::CHECK_MESSAGE.to_string();
-            let purpose = Purpose::PolicyCheck(digest);
+            let purpose = Purpose::PolicyCheck(digest, attempt);
             return Ok(Some(
                 self.run(UpdateType::Preview, reason, source, revision, purpose)
                     .await?,
@@ -748,11 +760,15 @@ impl<'a> Pass<'a> {
             (_, r) => r,
         };
         // A check waiting for a free slot looks again soon.
-        let requeue = match policy {
-            Some(policy_check::Step::Wait) => {
-                Some(requeue.map_or(POLICY_CHECK_WAIT, |r| r.min(POLICY_CHECK_WAIT)))
-            }
-            _ => requeue,
+        let next_check = match policy {
+            Some(policy_check::Step::Wait) => Some(POLICY_CHECK_WAIT),
+            // A failed check is tried again after its backoff.
+            Some(policy_check::Step::RetryIn(wait)) => Some(wait),
+            _ => None,
+        };
+        let requeue = match (requeue, next_check) {
+            (Some(r), Some(n)) => Some(r.min(n)),
+            (r, n) => r.or(n),
         };
         self.synced(requeue).await
     }
@@ -930,7 +946,7 @@ impl<'a> Pass<'a> {
             Err(waiting) => return Ok(waiting),
         };
         // Checks change nothing: no window, no prerequisites, not the sync decision.
-        let drift_check = matches!(purpose, Purpose::DriftCheck(_) | Purpose::PolicyCheck(_));
+        let drift_check = matches!(purpose, Purpose::DriftCheck(_) | Purpose::PolicyCheck(..));
         if !drift_check {
             if let Some(waiting) = self.outside_window(&kind, &reason).await {
                 return Ok(waiting);
@@ -1080,7 +1096,9 @@ impl<'a> Pass<'a> {
     ) -> Update {
         match purpose {
             Purpose::DriftCheck(slot) => drift::build_check(view, revision, *slot),
-            Purpose::PolicyCheck(digest) => policy_check::build_check(view, revision, digest),
+            Purpose::PolicyCheck(digest, attempt) => {
+                policy_check::build_check(view, revision, digest, *attempt)
+            }
             Purpose::Remediation => drift::build_remediation(view, reason, revision),
             Purpose::Sync => build_update(view, kind, reason, revision),
             Purpose::Plan => approval::build_plan(view, reason, revision),
@@ -1135,7 +1153,7 @@ impl<'a> Pass<'a> {
         }
         match purpose {
             Purpose::DriftCheck(_) => info!(update = %update_name, "drift check started"),
-            Purpose::PolicyCheck(_) => {
+            Purpose::PolicyCheck(..) => {
                 info!(update = %update_name, "the policy packs changed: previewing with them")
             }
             Purpose::Plan => info!(update = %update_name, "saving a plan for approval"),

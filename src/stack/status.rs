@@ -396,9 +396,46 @@ pub fn absorb(
         Some(UpdateType::Up | UpdateType::Preview)
     ) {
         // The packs that covered this operation (none: nothing to report any more).
-        status.policy = update_status.policy.clone().map(Box::new);
+        status.policy = update_status.policy.clone().map(|mut report| {
+            // Only the operator records a failed policy check (see `policy_check`).
+            report.check_failure = None;
+            Box::new(report)
+        });
         mark_policy_warnings(status, generation.unwrap_or(0), now, false);
     }
+}
+
+/// `PolicyWarnings=True` with this reason and message (cut to 1 KiB).
+pub fn set_policy_warnings(
+    status: &mut StackStatus,
+    reason: &str,
+    message: String,
+    generation: i64,
+    now: &Time,
+) {
+    let warn = condition(
+        CONDITION_POLICY_WARNINGS,
+        true,
+        reason,
+        &truncated(message),
+        generation,
+        now,
+    );
+    let c = status.conditions.get_or_insert_with(Vec::new);
+    set(c, vec![warn], &[]);
+}
+
+/// A condition message cut to 1 KiB.
+fn truncated(mut message: String) -> String {
+    if message.len() > 1024 {
+        let mut cut = 1021;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push_str("...");
+    }
+    message
 }
 
 /// The condition listing advisory policy violations.
@@ -445,24 +482,8 @@ pub fn mark_policy_warnings(
     } else {
         format!("{count} advisory policy violation(s)")
     };
-    let mut message = format!("{lead}: {}", listed.join("; "));
-    if message.len() > 1024 {
-        let mut cut = 1021;
-        while !message.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        message.truncate(cut);
-        message.push_str("...");
-    }
-    let warn = condition(
-        CONDITION_POLICY_WARNINGS,
-        true,
-        "AdvisoryViolations",
-        &message,
-        generation,
-        now,
-    );
-    set(c, vec![warn], &[]);
+    let message = format!("{lead}: {}", listed.join("; "));
+    set_policy_warnings(status, "AdvisoryViolations", message, generation, now);
 }
 
 #[cfg(test)]

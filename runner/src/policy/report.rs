@@ -40,8 +40,9 @@ pub fn from_event_log(event_log: &str, packs: Vec<String>) -> PolicyReport {
         violations,
         mandatory,
         items,
-        // The operator knows which packs it asked for.
+        // The operator knows which packs it asked for, and whether its check failed.
         digest: None,
+        check_failure: None,
     }
 }
 

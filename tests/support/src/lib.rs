@@ -714,10 +714,30 @@ spec:
         check: impl Fn(&pulumi_operator_api::Stack) -> bool,
     ) -> pulumi_operator_api::Stack {
         let stacks = self.stacks();
-        wait_for(timeout, what, || async {
-            stacks.get(name).await.ok().filter(|s| check(s))
-        })
-        .await
+        let start = Instant::now();
+        loop {
+            let seen = stacks.get(name).await.ok();
+            if let Some(stack) = seen.as_ref().filter(|s| check(s)) {
+                return stack.clone();
+            }
+            if start.elapsed() > timeout {
+                // What the Stack last said, and the Updates beside it: a CI log is all there is.
+                let status = seen
+                    .and_then(|s| s.status)
+                    .map(|s| serde_json::to_string_pretty(&s).unwrap_or_default())
+                    .unwrap_or_else(|| "(no Stack, or no status)".into());
+                let updates = std::process::Command::new("kubectl")
+                    .args(["-n", self.ns(), "get", "updates", "-o", "wide"])
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default();
+                panic!(
+                    "timed out after {timeout:?} waiting for {what}\n\
+                     Stack {name}'s last status: {status}\nUpdates:\n{updates}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 }
 
