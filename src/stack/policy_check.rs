@@ -290,6 +290,17 @@ mod tests {
         assert_eq!(step(&StackStatus::default(), None, 0, now), Step::Nothing);
     }
 
+    fn policy_warnings(
+        st: &StackStatus,
+    ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        st.conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "PolicyWarnings")
+            .cloned()
+            .expect("PolicyWarnings")
+    }
+
     fn at(seconds: i64) -> jiff::Timestamp {
         jiff::Timestamp::from_second(1_800_000_000 + seconds).unwrap()
     }
@@ -333,13 +344,7 @@ mod tests {
         assert!(failure.message.ends_with("..."), "cut to its first lines");
         let report = st.policy.as_ref().unwrap();
         assert_eq!(report.digest.as_deref(), Some("d1"));
-        let warn = st
-            .conditions
-            .as_ref()
-            .unwrap()
-            .iter()
-            .find(|c| c.type_ == "PolicyWarnings")
-            .unwrap();
+        let warn = policy_warnings(&st);
         assert_eq!(warn.reason, REASON_CHECK_FAILED);
         assert!(warn.message.contains("E404"), "{}", warn.message);
         assert!(
@@ -449,13 +454,7 @@ mod tests {
             st.current_update.is_none(),
             "the check still holds the Stack"
         );
-        let warn = st
-            .conditions
-            .as_ref()
-            .unwrap()
-            .iter()
-            .find(|c| c.type_ == "PolicyWarnings")
-            .unwrap();
+        let warn = policy_warnings(&st);
         assert!(warn.message.contains("mandatory"), "{}", warn.message);
         forget(&mut st, 3, &now);
         assert!(st.policy.is_none());
