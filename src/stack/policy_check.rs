@@ -14,6 +14,7 @@ use crate::stack::objects::{build_update, short_hash};
 use crate::stack::status::{mark_policy_warnings, set_policy_warnings};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
+use pulumi_operator_api::backoff::Backoff;
 use pulumi_operator_api::policy::{PolicyCheckFailure, PolicyReport};
 use pulumi_operator_api::{Stack, StackStatus, Update, UpdateType};
 use std::sync::Arc;
@@ -27,10 +28,10 @@ pub const POLICY_DIGEST_ANNOTATION: &str = "pulumi-operator-rs.dev/policy-digest
 pub const CHECK_MESSAGE: &str = "Policy check";
 /// The most policy checks running at once.
 pub const MAX_IN_FLIGHT: usize = 10;
-/// The wait before a failed check is tried again, doubled with each failure in a row.
-const RETRY_FIRST: Duration = Duration::from_secs(30);
 /// The longest wait between failed checks.
 const RETRY_MAX: Duration = Duration::from_secs(600);
+/// The wait before a failed check is tried again: 30 s, doubled with each failure in a row.
+const RETRY: Backoff = Backoff::new(Duration::from_secs(30), 2.0, RETRY_MAX);
 /// The reason of `PolicyWarnings` and of the Event when a check ended without a verdict.
 pub const REASON_CHECK_FAILED: &str = "PolicyCheckFailed";
 /// The most lines of a failed check's error the status keeps.
@@ -64,43 +65,45 @@ pub fn step(
     now: jiff::Timestamp,
 ) -> Step {
     let recorded = status.policy.as_ref().and_then(|p| p.digest.as_deref());
-    let failure = status
-        .policy
-        .as_ref()
-        .and_then(|p| p.check_failure.as_ref());
-    let attempt = match (recorded, current, failure) {
-        (r, Some(_), Some(f)) if r == current => {
-            let wait = retry_due(f, now);
-            if !wait.is_zero() {
-                return Step::RetryIn(wait);
-            }
-            f.attempts
-        }
-        (r, c, _) if r == c => return Step::Nothing,
-        (_, None, _) if status.policy.is_some() => return Step::Forget,
-        (_, None, _) => return Step::Nothing,
-        _ => 0,
+    let Some(current) = current else {
+        return match recorded {
+            Some(_) => Step::Forget,
+            None => Step::Nothing,
+        };
     };
-    match current {
-        _ if in_flight >= MAX_IN_FLIGHT => Step::Wait,
-        Some(c) => Step::Check {
-            digest: c.to_string(),
-            attempt,
-        },
-        None => Step::Nothing,
+    let attempt = if recorded == Some(current) {
+        // Checked with these packs: again only when that check failed, after its backoff.
+        let Some(failure) = status
+            .policy
+            .as_ref()
+            .and_then(|p| p.check_failure.as_ref())
+        else {
+            return Step::Nothing;
+        };
+        let wait = retry_due(failure, now);
+        if !wait.is_zero() {
+            return Step::RetryIn(wait);
+        }
+        failure.attempts
+    } else {
+        0
+    };
+    if in_flight >= MAX_IN_FLIGHT {
+        return Step::Wait;
+    }
+    Step::Check {
+        digest: current.to_string(),
+        attempt,
     }
 }
 
 /// How long until the check after `failure` is due (zero: now).
 fn retry_due(failure: &PolicyCheckFailure, now: jiff::Timestamp) -> Duration {
-    let doublings = u32::try_from(failure.attempts.saturating_sub(1).clamp(0, 16)).unwrap_or(16);
-    let backoff = RETRY_FIRST.saturating_mul(1 << doublings).min(RETRY_MAX);
-    let since = now.duration_since(failure.last_attempt.0).unsigned_abs();
+    let backoff = RETRY.after(u32::try_from(failure.attempts.max(1)).unwrap_or(u32::MAX));
     // A last attempt in the future (a clock that went back) counts as just now.
-    let since = if now < failure.last_attempt.0 {
-        Duration::ZERO
-    } else {
-        since
+    let since = match now < failure.last_attempt.0 {
+        true => Duration::ZERO,
+        false => now.duration_since(failure.last_attempt.0).unsigned_abs(),
     };
     backoff.saturating_sub(since)
 }
@@ -117,18 +120,13 @@ pub fn in_flight(updates: &[Arc<Update>]) -> usize {
 /// the attempt.
 pub fn build_check(stack: &Stack, revision: &str, digest: &str, attempt: i64) -> Update {
     let mut update = build_update(stack, UpdateType::Preview, CHECK_MESSAGE, revision);
-    let attempt = attempt.to_string();
-    let mut parts = vec![
-        stack.uid().unwrap_or_default(),
-        "policy-check".to_string(),
-        revision.to_string(),
-        digest.to_string(),
-    ];
+    let uid = stack.uid().unwrap_or_default();
+    let retry = attempt.to_string();
+    let mut parts = vec![uid.as_str(), "policy-check", revision, digest];
     // The first attempt keeps the name it always had.
-    if attempt != "0" {
-        parts.push(attempt);
+    if attempt > 0 {
+        parts.push(&retry);
     }
-    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
     update.metadata.name = Some(format!("{}-{}", stack.name_any(), short_hash(&parts)));
     update.spec.expect_no_changes = None;
     update
