@@ -257,11 +257,22 @@ func (a *adapter) forward(stream grpc.ServerStream, method string, first *frame)
 		return err
 	}
 
-	// Client → host.
+	// Client → host. SendMsg's io.EOF means the host already ended the call (a method it does
+	// not know ends at once with Unimplemented, often before the request went on): sending is
+	// over, and the call's real status comes from the host → client side.
 	sent := make(chan error, 1)
+	send := func(f *frame) (done bool, err error) {
+		if err := upstream.SendMsg(f); err != nil {
+			if errors.Is(err, io.EOF) {
+				return true, nil
+			}
+			return true, err
+		}
+		return false, nil
+	}
 	go func() {
 		if first != nil {
-			if err := upstream.SendMsg(first); err != nil {
+			if done, err := send(first); done {
 				sent <- err
 				return
 			}
@@ -276,7 +287,7 @@ func (a *adapter) forward(stream grpc.ServerStream, method string, first *frame)
 				sent <- err
 				return
 			}
-			if err := upstream.SendMsg(f); err != nil {
+			if done, err := send(f); done {
 				sent <- err
 				return
 			}
