@@ -17,16 +17,28 @@ for module in . langhosts; do
   echo "check-go: go vet and go test in tests/tools/$module"
   (cd "$module" && go vet ./... && go test ./...)
 done
-# The provider module shares its compiled packages with the root module only where both name the
-# same version (see kubernetes-provider/go.mod): a module the root pins higher than the provider
-# does is one that a pin change forgot to lift there (the Pulumi pkg/sdk are the exception).
-echo "check-go: tests/tools/kubernetes-provider's shared modules aligned with tests/tools"
-list_modules() { (cd "$1" && go list -m -f '{{.Path}} {{if .Replace}}{{.Replace.Version}}{{else}}{{.Version}}{{end}}' all); }
-behind="$(awk 'NR == FNR { root[$1] = $2; next }
-  ($1 in root) && root[$1] != $2 && $1 !~ /^github.com\/pulumi\/pulumi\// { print $1, $2, root[$1] }' \
-  <(list_modules .) <(list_modules kubernetes-provider) |
-  while read -r module provider root; do
-    [ "$(printf '%s\n%s\n' "$provider" "$root" | sort -V | tail -n1)" = "$provider" ] ||
-      echo "  $module: $provider in kubernetes-provider, $root in the root module"
-  done)"
-[ -z "$behind" ] || { echo "check-go: lift these in tests/tools/kubernetes-provider/go.mod:" >&2; echo "$behind" >&2; exit 1; }
+# A tool module shares its compiled packages with the root module only where both name the same
+# version (see kubernetes-provider/go.mod): a module the root pins higher than another tool module
+# does is one that a pin change forgot to lift there. The exceptions: the Pulumi pkg/sdk (each tool
+# is built against its own release), and a module's own replace lines (the sdk's x/text pin).
+echo "check-go: the tool modules' shared dependencies aligned with tests/tools"
+module_format='{{.Path}} {{if .Replace}}{{.Replace.Version}} replaced{{else}}{{.Version}}{{end}}'
+# The modules whose packages a tool module builds (its tools.go names them; the tags are
+# Prometheus's build.sh's), each once.
+list_modules() {
+  (cd "$1" && go list -e -deps -tags tools,remove_all_sd -f "{{with .Module}}$module_format{{end}}" . | sort -u)
+}
+root_modules="$(go list -m -f "$module_format" all)"
+behind=""
+for module in kubernetes-provider yaml langhosts langhost-go seaweedfs prometheus; do
+  behind="$behind$(awk 'NR == FNR { root[$1] = $2; next }
+    ($1 in root) && root[$1] != $2 && $3 != "replaced" && $1 !~ /^github.com\/pulumi\/pulumi\// { print $1, $2, root[$1] }' \
+    <(echo "$root_modules") <(list_modules "$module") |
+    while read -r dep theirs root; do
+      [ "$(printf '%s\n%s\n' "$theirs" "$root" | sort -V | tail -n1)" = "$theirs" ] ||
+        printf '  %s: %s in tests/tools/%s, %s in the root module\n' "$dep" "$theirs" "$module" "$root"
+    done)
+"
+done
+behind="$(echo "$behind" | sed '/^$/d')"
+[ -z "$behind" ] || { echo "check-go: lift these (go get MODULE@VERSION in that directory):" >&2; echo "$behind" >&2; exit 1; }

@@ -1,6 +1,10 @@
 // Prometheus v0.316.0 (the Go-module tag of Prometheus 3.16.0), pinned for the monitoring tests.
 // Prometheus's own go.mod has no replace directives, so none are copied here. Its go line is
-// 1.26.7, and a module may not declare less than a dependency does.
+// 1.26.7, and a module may not declare less than a dependency does. The modules it shares with
+// ../go.mod where the root's version is newer (the Kubernetes libraries v0.37.1 -> v0.37.2, ...)
+// are lifted to it, as tests/check-go.sh checks: Go's build cache shares a package only where its
+// whole dependency closure has the same versions, and Prometheus's newer golang.org/x/... still
+// keep its Kubernetes packages apart from the root module's.
 module github.com/pulumi-operator-rs/test-tools/prometheus
 
 go 1.26.7
@@ -141,7 +145,7 @@ require (
 	github.com/linode/linodego v1.69.1 // indirect
 	github.com/mattn/go-colorable v0.1.16 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
-	github.com/mdlayher/socket v0.6.0 // indirect
+	github.com/mdlayher/socket v0.6.1 // indirect
 	github.com/mdlayher/vsock v1.3.0 // indirect
 	github.com/miekg/dns v1.1.73 // indirect
 	github.com/mitchellh/copystructure v1.2.0 // indirect
@@ -234,6 +238,7 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/api v0.305.0 // indirect
+	google.golang.org/genproto v0.0.0-20260724162435-b2f20204f0df // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261019180522-ce908d29299b // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261012220534-4341edf3f941 // indirect
 	google.golang.org/grpc v1.84.0 // indirect
@@ -242,9 +247,9 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/ini.v1 v1.67.2 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
-	k8s.io/api v0.37.1 // indirect
-	k8s.io/apimachinery v0.37.1 // indirect
-	k8s.io/client-go v0.37.1 // indirect
+	k8s.io/api v0.37.2 // indirect
+	k8s.io/apimachinery v0.37.2 // indirect
+	k8s.io/client-go v0.37.2 // indirect
 	k8s.io/klog v1.0.0 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
