@@ -21,8 +21,8 @@ image_tools() {
     log "building ocibuild and actionlint (images/ocibuild) into $dir"
     (cd "$IMAGES_DIR/ocibuild" &&
       GOMODCACHE="$CACHE_ROOT/go/mod" GOCACHE="$CACHE_ROOT/go/build" GOTOOLCHAIN=local \
-        GOFLAGS=-mod=readonly CGO_ENABLED=0 \
-        go build -trimpath -ldflags "-s -w" -o "$dir.partial/" . github.com/rhysd/actionlint/cmd/actionlint) ||
+        GOFLAGS="-mod=readonly -trimpath -gcflags=all=-dwarf=false" CGO_ENABLED=0 \
+        go build -ldflags "-s -w" -o "$dir.partial/" . github.com/rhysd/actionlint/cmd/actionlint) ||
       die "cannot build images/ocibuild"
     rm -rf "$dir" && mv "$dir.partial" "$dir"
   fi

@@ -8,10 +8,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/tools"
 command -v go >/dev/null || [ ! -x /usr/local/go/bin/go ] || export PATH="/usr/local/go/bin:$PATH"
 command -v go >/dev/null || { echo "check-go: Go (>= 1.26) is required on PATH" >&2; exit 1; }
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/pulumi-operator-rs"
-# -trimpath as tests/build-tools.sh builds: packages compiled with other flags would not be
-# found in the build cache, and a cold machine would compile the tools' dependencies twice.
+# -trimpath and no DWARF as tests/build-tools.sh builds: packages compiled with other flags would
+# not be found in the build cache, and a cold machine would compile the tools' dependencies twice.
 export GOMODCACHE="$CACHE_ROOT/go/mod" GOCACHE="$CACHE_ROOT/go/build" CGO_ENABLED=0 \
-  GOFLAGS="-mod=readonly -trimpath"
+  GOFLAGS="-mod=readonly -trimpath -gcflags=all=-dwarf=false"
 export GOTOOLCHAIN=local
 for module in . langhosts; do
   echo "check-go: go vet and go test in tests/tools/$module"

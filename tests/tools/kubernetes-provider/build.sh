@@ -33,7 +33,8 @@ PROVIDER=github.com/pulumi/pulumi-kubernetes/provider/v4
 command -v go >/dev/null || [ ! -x /usr/local/go/bin/go ] || export PATH="/usr/local/go/bin:$PATH"
 # -trimpath for the generator too: it then reuses the packages it shares with the plugin (the
 # Pulumi SDK and its dependencies) instead of compiling them a second time.
-export CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false -trimpath" GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
+export CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false -trimpath -gcflags=all=-dwarf=false" \
+  GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 
 build="$(mktemp -d "${TMPDIR:-/tmp}/kubernetes-provider.XXXXXX")"
 trap 'rm -rf "$build"' EXIT

@@ -18,7 +18,8 @@ OUT="${1:?usage: $0 OUT_DIR}"
 mkdir -p "$OUT"
 
 command -v go >/dev/null || [ ! -x /usr/local/go/bin/go ] || export PATH="/usr/local/go/bin:$PATH"
-export CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false -trimpath" GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
+export CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false -trimpath -gcflags=all=-dwarf=false" \
+  GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 
 VERSION=3.16.0
 v=github.com/prometheus/common/version
