@@ -406,6 +406,52 @@ async fn a_lock_left_by_a_killed_pulumi_is_cleared_by_the_next_operation() {
         reasons.contains("StaleLockCleared"),
         "an Event says a stale lock was cleared: {reasons}"
     );
+
+    // A Pulumi killed while it saved the state (seen in CI) leaves the last whole checkpoint
+    // with an emptied attributes file beside it, and the unfinished write: every operation then
+    // failed with "failed to load checkpoint: EOF". The next operation removes both.
+    let stacks = f.sn.backend_dir.join(".pulumi/stacks/e2e");
+    let attrs = stacks.join("dev.json.attrs");
+    let unfinished = stacks.join("dev.json.18ec4f8ba3587483.tmp");
+    std::fs::write(&attrs, b"").expect("empty the checkpoint's attributes");
+    std::fs::write(&unfinished, b"{\"version\": 3, \"checkpoint\"").expect("an unfinished write");
+    // Older than a write in progress can be.
+    let aged = std::process::Command::new("touch")
+        .args(["-d", "1 minute ago"])
+        .args([&attrs, &unfinished])
+        .status()
+        .expect("touch");
+    assert!(aged.success());
+    let next = f
+        .repo
+        .commit(&[("Pulumi.yaml", &sleeping_program(1))], "after the kill");
+    f.sn.ns
+        .apply(&f.stack_yaml("app", &format!("commit: {next}"), ""));
+    let s = f
+        .wait_stack_for(
+            Duration::from_secs(240),
+            "app",
+            "Ready at the next commit after a checkpoint write was cut short",
+            |s| {
+                stack_ready(s)
+                    && last_update(s).last_successful_commit.as_deref() == Some(next.as_str())
+            },
+        )
+        .await;
+    assert_eq!(output_value(&s), "rested");
+    assert!(!unfinished.exists(), "the unfinished write is removed");
+    let messages = kubectl(&[
+        "-n",
+        f.ns(),
+        "get",
+        "events",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(
+        messages.contains("unfinished checkpoint file dev.json.attrs"),
+        "an Event names the files removed: {messages}"
+    );
 }
 
 /// `kubectl delete job` of a running operation: the pod goes with its Job, the Update ends

@@ -52,6 +52,46 @@ pub fn partial(entries: &[(String, std::time::Duration)]) -> Vec<String> {
         .collect()
 }
 
+/// The remains of a checkpoint write cut short, among the entries (name, size, age) of the
+/// directory that holds `stack`'s checkpoint. A DIY backend on a local disk (gocloud's fileblob)
+/// writes `<stack>.json` to `<stack>.json.<n>.tmp`, then truncates and rewrites the attributes
+/// file `<stack>.json.attrs`, then renames the `.tmp` into place. A Pulumi killed in between
+/// (SIGKILL past the grace period, an OOM kill, a lost node) leaves the old checkpoint in place
+/// with an empty attributes file, and the CLI then fails every operation of the stack with
+/// "failed to load checkpoint: EOF" (seen in CI with Pulumi 3.259). An empty attributes file is
+/// one the blob reads the same without, and an old `.tmp` is a write nobody finishes; both go,
+/// so the stack reads as its last whole checkpoint (as after a kill between two writes). The
+/// same for the backup (`<stack>.json.bak`) and compressed (`.json.gz`) checkpoints. Another
+/// stack's files, a whole attributes file, or anything written in the last
+/// [`PARTIAL_LOCK_AGE`] are never among them.
+pub fn cut_short_checkpoint_writes(
+    stack: &str,
+    entries: &[(String, u64, std::time::Duration)],
+) -> Vec<String> {
+    let stack = stack.rsplit('/').next().unwrap_or(stack);
+    let checkpoint = format!("{stack}.json");
+    entries
+        .iter()
+        .filter(|(name, size, age)| {
+            let ours = name
+                .strip_prefix(&checkpoint)
+                .is_some_and(|rest| rest.starts_with('.'));
+            let left = name.ends_with(".tmp") || (name.ends_with(".attrs") && *size == 0);
+            ours && left && *age >= PARTIAL_LOCK_AGE
+        })
+        .map(|(name, _, _)| name.clone())
+        .collect()
+}
+
+/// The directories that may hold `project`'s stack checkpoints under a local DIY backend's
+/// root: `.pulumi/stacks` (a legacy backend) and `.pulumi/stacks/<project>` (project-scoped).
+pub fn checkpoint_dirs(backend_root: &std::path::Path, project: &str) -> Vec<std::path::PathBuf> {
+    let stacks = backend_root.join(".pulumi").join("stacks");
+    let mut dirs = vec![stacks.join(project), stacks];
+    dirs.retain(|d| d.is_dir());
+    dirs
+}
+
 /// The lock directories of `project`'s `stack` under a local DIY backend's root:
 /// `.pulumi/locks/<stack>` (a legacy backend) or `.pulumi/locks/<org>/<project>/<stack>`
 /// (project-scoped). Another project's stack of the same name is not among them.
@@ -104,6 +144,45 @@ mod tests {
             ("c.json".to_string(), secs(3600)),
         ];
         assert_eq!(partial(&entries), vec!["a.json.18ec.tmp".to_string()]);
+    }
+
+    #[test]
+    fn only_the_remains_of_this_stacks_cut_short_checkpoint_writes_go() {
+        let secs = std::time::Duration::from_secs;
+        let entry = |name: &str, size: u64, age: u64| (name.to_string(), size, secs(age));
+        let entries = vec![
+            // What a SIGKILLed `pulumi up` left in CI.
+            entry("dev.json", 1955, 3600),
+            entry("dev.json.18ec4f8ba3587483.tmp", 2122, 3600),
+            entry("dev.json.attrs", 0, 3600),
+            entry("dev.json.bak", 1955, 3600),
+            entry("dev.json.bak.attrs", 212, 3600),
+            // Being written right now.
+            entry("dev.json.bak.18ec4f8ba3587484.tmp", 10, 2),
+            // Another stack's (legacy layout: every stack in one directory).
+            entry("dev2.json.attrs", 0, 3600),
+            entry("prod.json.18ec.tmp", 10, 3600),
+            entry("dev.yaml.attrs", 0, 3600),
+        ];
+        assert_eq!(
+            cut_short_checkpoint_writes("org/proj/dev", &entries),
+            vec![
+                "dev.json.18ec4f8ba3587483.tmp".to_string(),
+                "dev.json.attrs".to_string()
+            ]
+        );
+    }
+
+    #[test]
+    fn checkpoint_directories_of_both_layouts_are_found() {
+        let root = std::env::temp_dir().join(format!("checkpoints-test-{}", std::process::id()));
+        let scoped = root.join(".pulumi/stacks/proj");
+        std::fs::create_dir_all(&scoped).unwrap();
+        assert_eq!(
+            checkpoint_dirs(&root, "proj"),
+            vec![scoped, root.join(".pulumi/stacks")]
+        );
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -120,7 +120,7 @@ pub async fn prepare(
     if stack.is_empty() {
         return Err(Failure::config_invalid("the plan names no stack"));
     }
-    clear_partial_locks(&project.name, stack, opts);
+    clear_cut_short_writes(&project.name, stack, opts);
     let mut config_steps = resolve_config(plan, &project, redactor)?;
     let operation_config = take_operation_config(purpose, &mut config_steps);
     let (runner, cache) = workspace_runner(plan, opts, &workspace, signals);
@@ -781,41 +781,62 @@ fn hand_over_saved_plan(
     Ok(())
 }
 
-/// Removes the partial lock files (`locks::partial`) of the stack on a local DIY backend
-/// (`PULUMI_BACKEND_URL=file://...`), so that a write a full disk cut short does not fail
-/// every later operation. Each is reported like a stale lock (Event `StaleLockCleared`).
-fn clear_partial_locks(project: &str, stack: &str, opts: &RunOptions) {
+/// Removes what a write cut short left of the stack on a local DIY backend
+/// (`PULUMI_BACKEND_URL=file://...`): partial lock files (`locks::partial`: a full disk) and the
+/// remains of a checkpoint write (`locks::cut_short_checkpoint_writes`: a Pulumi killed while
+/// it saved the state), so that they do not fail every later operation. Each is reported like a
+/// stale lock (Event `StaleLockCleared`).
+fn clear_cut_short_writes(project: &str, stack: &str, opts: &RunOptions) {
     let Some(root) = std::env::var("PULUMI_BACKEND_URL")
         .ok()
         .and_then(|u| u.strip_prefix("file://").map(std::path::PathBuf::from))
     else {
         return;
     };
-    for dir in crate::locks::lock_dirs(&root, project, stack) {
-        let entries: Vec<(String, Duration)> = std::fs::read_dir(&dir)
+    let entries = |dir: &std::path::Path| -> Vec<(String, u64, Duration)> {
+        std::fs::read_dir(dir)
             .map(|rd| {
                 rd.flatten()
                     .filter_map(|e| {
-                        let age = e.metadata().ok()?.modified().ok()?.elapsed().ok()?;
-                        Some((e.file_name().to_string_lossy().into_owned(), age))
+                        let meta = e.metadata().ok()?;
+                        let age = meta.modified().ok()?.elapsed().ok()?;
+                        Some((
+                            e.file_name().to_string_lossy().into_owned(),
+                            meta.len(),
+                            age,
+                        ))
                     })
                     .collect()
             })
-            .unwrap_or_default();
-        for name in crate::locks::partial(&entries) {
-            match std::fs::remove_file(dir.join(&name)) {
-                Ok(()) => {
-                    log(format!(
-                        "removed the partial lock file {name}, left by a lock write that was cut short (a full disk?)"
-                    ));
-                    if let Ok(mut c) = opts.cleared_locks.lock() {
-                        c.push(format!("partial lock file {name}"));
-                    }
+            .unwrap_or_default()
+    };
+    let remove =
+        |dir: &std::path::Path, name: &str, what: &str, why: &str| match std::fs::remove_file(
+            dir.join(name),
+        ) {
+            Ok(()) => {
+                log(format!("removed the {what} {name}, left by {why}"));
+                if let Ok(mut c) = opts.cleared_locks.lock() {
+                    c.push(format!("{what} {name}"));
                 }
-                Err(e) => log(format!(
-                    "could not remove the partial lock file {name}: {e}"
-                )),
             }
+            Err(e) => log(format!("could not remove the {what} {name}: {e}")),
+        };
+    for dir in crate::locks::lock_dirs(&root, project, stack) {
+        let found: Vec<(String, Duration)> = entries(&dir)
+            .into_iter()
+            .map(|(name, _, age)| (name, age))
+            .collect();
+        for name in crate::locks::partial(&found) {
+            let why = "a lock write that was cut short (a full disk?)";
+            remove(&dir, &name, "partial lock file", why);
+        }
+    }
+    for dir in crate::locks::checkpoint_dirs(&root, project) {
+        for name in crate::locks::cut_short_checkpoint_writes(stack, &entries(&dir)) {
+            let why =
+                "a checkpoint write that was cut short (Pulumi killed while it saved the state)";
+            remove(&dir, &name, "unfinished checkpoint file", why);
         }
     }
 }
