@@ -39,16 +39,16 @@ pub fn stale(error_text: &str, me: &LockHolder) -> Option<Vec<String>> {
 /// is a few hundred bytes, written in milliseconds.
 pub const PARTIAL_LOCK_AGE: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// The partial lock files among a stack's lock directory entries (name, age). A DIY backend on
-/// a local disk writes each lock to `<id>.json.<n>.tmp` and renames it into place; a write cut
-/// short (a full disk, seen with Pulumi 3.259) leaves the empty `.tmp` behind, and the CLI then
-/// fails every operation of the stack with "unexpected end of JSON input" (`pulumi cancel`
-/// removes it; so does this). A complete lock, ours or anyone's, is never one of them.
-pub fn partial(entries: &[(String, std::time::Duration)]) -> Vec<String> {
+/// The partial lock files among a stack's lock directory entries (name, size, age). A DIY
+/// backend on a local disk writes each lock to `<id>.json.<n>.tmp` and renames it into place; a
+/// write cut short (a full disk, seen with Pulumi 3.259) leaves the empty `.tmp` behind, and the
+/// CLI then fails every operation of the stack with "unexpected end of JSON input" (`pulumi
+/// cancel` removes it; so does this). A complete lock, ours or anyone's, is never one of them.
+pub fn partial(entries: &[(String, u64, std::time::Duration)]) -> Vec<String> {
     entries
         .iter()
-        .filter(|(name, age)| name.ends_with(".tmp") && *age >= PARTIAL_LOCK_AGE)
-        .map(|(name, _)| name.clone())
+        .filter(|(name, _, age)| name.ends_with(".tmp") && *age >= PARTIAL_LOCK_AGE)
+        .map(|(name, _, _)| name.clone())
         .collect()
 }
 
@@ -139,9 +139,9 @@ mod tests {
     fn only_old_tmp_files_are_partial_locks() {
         let secs = std::time::Duration::from_secs;
         let entries = vec![
-            ("a.json.18ec.tmp".to_string(), secs(3600)),
-            ("b.json.18ed.tmp".to_string(), secs(2)),
-            ("c.json".to_string(), secs(3600)),
+            ("a.json.18ec.tmp".to_string(), 0, secs(3600)),
+            ("b.json.18ed.tmp".to_string(), 0, secs(2)),
+            ("c.json".to_string(), 121, secs(3600)),
         ];
         assert_eq!(partial(&entries), vec!["a.json.18ec.tmp".to_string()]);
     }

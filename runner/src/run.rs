@@ -823,11 +823,7 @@ fn clear_cut_short_writes(project: &str, stack: &str, opts: &RunOptions) {
             Err(e) => log(format!("could not remove the {what} {name}: {e}")),
         };
     for dir in crate::locks::lock_dirs(&root, project, stack) {
-        let found: Vec<(String, Duration)> = entries(&dir)
-            .into_iter()
-            .map(|(name, _, age)| (name, age))
-            .collect();
-        for name in crate::locks::partial(&found) {
+        for name in crate::locks::partial(&entries(&dir)) {
             let why = "a lock write that was cut short (a full disk?)";
             remove(&dir, &name, "partial lock file", why);
         }
