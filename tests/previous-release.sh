@@ -53,6 +53,12 @@ if ! built; then
   # already built, by this checkout's artifacts. A version of their own keeps them apart.
   sed -i '/^\[workspace.package\]/,/^\[/ s/^version = .*/version = "0.0.0-previous"/' "$src/Cargo.toml"
   grep -q '^version = "0.0.0-previous"' "$src/Cargo.toml" || die "cannot set the previous release's version"
+  # This checkout's profiles (they end its Cargo.toml) in place of the release's: a dependency
+  # compiled with other settings would not be shared, and a change of profile would compile them
+  # all again for the release.
+  sed -i '/^\[profile\./,$d' "$src/Cargo.toml"
+  sed -n '/^\[profile\./,$p' "$REPO_ROOT/Cargo.toml" >>"$src/Cargo.toml"
+  grep -q '^\[profile\.dev\]' "$src/Cargo.toml" || die "cannot give the previous release this checkout's profiles"
   log "building $commit (the previous release) with the build directory $build_dir"
   start=$SECONDS
   # The whole workspace, as tests/run.sh builds it: the same features, so no dependency is
