@@ -5,8 +5,7 @@
 #   tests/bench.sh [N]        N Stacks (default 100); BENCH_* variables tune the phases
 #
 # Results: target/bench/<time>/{result.json,result.md,latency-cdf.png} (BENCH_OUT to choose).
-# BINARY_PROFILE=debug measures the debug build instead (CI's smoke run, which asserts nothing
-# about timings). BENCH_INSTALL=0 measures whatever operator is installed, untouched.
+# BINARY_PROFILE=debug measures the debug build instead. BENCH_INSTALL=0 measures whatever operator is installed, untouched.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export BENCH_STACKS="${1:-${BENCH_STACKS:-100}}"
@@ -26,10 +25,10 @@ restart_operator() {
 }
 if [ "${BENCH_INSTALL:-1}" = 1 ]; then
   # The operator's pod runs the binaries the image map now names: restart it on them, and put
-  # the test suite's debug build back afterwards.
+  # the test suite's release build back afterwards.
   restart_operator
-  if [ "$BINARY_PROFILE" != debug ]; then
-    trap 'BINARY_PROFILE=debug tests/local-cluster.sh up >/dev/null && restart_operator' EXIT
+  if [ "$BINARY_PROFILE" != release ]; then
+    trap 'BINARY_PROFILE=release tests/local-cluster.sh up >/dev/null && restart_operator' EXIT
   fi
 fi
 cargo test "${profile_flag[@]}" --workspace --test bench benchmark -- --ignored --nocapture --exact

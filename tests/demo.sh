@@ -7,7 +7,7 @@
 #   5. applies a Stack that points at it, waits for Ready, and shows its status, the real
 #      Pulumi CLI's logs and the ConfigMap its program created in the cluster.
 # The local cluster runs any pulumi/pulumi image with the real Pulumi CLI (built from its Go
-# module by tests/build-tools.sh); its kubernetes provider plugin is a test stand-in (tests/tools).
+# module by tests/build-tools.sh), with the real Kubernetes provider.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 step() { printf '\n==> %s\n' "$*" >&2; }
@@ -18,7 +18,7 @@ eval "$(tail -n1 <<<"$cluster")"
 export KUBECONFIG
 
 step "building the operator and the runner"
-cargo build --workspace --bins
+cargo build --release --workspace --bins
 
 step "installing the operator: kubectl apply --server-side -k kustomize/quickstart"
 kubectl apply --server-side --force-conflicts -k kustomize/quickstart >/dev/null

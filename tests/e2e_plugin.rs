@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 use test_support::{
-    kubeconfig, kubectl, last_update, repo_root, sleeping_program, stack_ready, wait_until,
-    StackFixture, TEST_PASSPHRASE,
+    kubeconfig, kubectl, last_update, sleeping_program, stack_ready, wait_until, StackFixture,
+    TEST_PASSPHRASE,
 };
 
 const T: Duration = Duration::from_secs(120);
@@ -52,18 +52,9 @@ fn records(names: &[&str]) -> String {
     p
 }
 
-/// The plugin binary `cargo build --workspace --bins` (tests/run.sh) builds.
+/// The plugin binary, built beside this test.
 fn plugin_binary() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target"));
-    let bin = target.join("debug/kubectl-pulumi");
-    assert!(
-        bin.exists(),
-        "{} is missing: build it with `cargo build --workspace --bins` (tests/run.sh does)",
-        bin.display()
-    );
-    bin
+    test_support::workspace_binary("kubectl-pulumi")
 }
 
 /// What one run of the plugin printed.

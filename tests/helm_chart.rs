@@ -6,7 +6,7 @@ use serde_norway::Value;
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    test_support::repo_root()
 }
 
 fn chart() -> PathBuf {

@@ -348,7 +348,7 @@ fn operator_exits_with_an_instruction_when_crds_are_missing() {
         ),
     )
     .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pulumi-operator"))
+    let out = std::process::Command::new(test_support::workspace_binary("pulumi-operator"))
         .env("KUBECONFIG", &kubeconfig)
         .args(["--http-addr", "127.0.0.1:0"])
         .output()

@@ -27,7 +27,7 @@ const ABOVE_RUNTIME: [&str; 6] = [
 const MAX_FUNCTION_LINES: usize = 80;
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    test_support::repo_root()
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -313,4 +313,33 @@ fn the_length_measure_counts_from_fn_to_closing_brace() {
     let src = "pub async fn a(x: u8) -> u8 {\n    let s = \"{\";\n    x\n}\nfn b();\n";
     let lines: Vec<&str> = src.split('\n').collect();
     assert_eq!(functions(&lines), vec![("a".to_string(), 1, 4)]);
+}
+
+/// tests/Cargo.toml lists its test targets one by one (it turns off Cargo's discovery): a test
+/// file it does not name would never compile or run.
+#[test]
+fn every_test_file_is_a_target_of_the_tests_package() {
+    let manifest =
+        std::fs::read_to_string(root().join("tests/Cargo.toml")).expect("tests/Cargo.toml");
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(root().join("tests")).expect("tests/") {
+        let path = entry.expect("tests/ entry").path();
+        if path.extension().is_some_and(|x| x == "rs") {
+            files.push(
+                path.file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+        }
+    }
+    assert!(files.len() > 20, "only {} test files found", files.len());
+    let missing: Vec<&String> = files
+        .iter()
+        .filter(|file| !manifest.contains(&format!("path = \"{file}\"")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "tests/Cargo.toml has no [[test]] for {missing:?}: add one for each"
+    );
 }

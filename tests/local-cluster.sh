@@ -134,11 +134,17 @@ pulumi_image_dir() {
   echo "$dir"
 }
 
-# BINARY_PROFILE=release runs the release build of the operator and runner (tests/bench.sh);
-# the map is read at each pod start, so `BINARY_PROFILE=release tests/local-cluster.sh up` on a
-# running cluster switches the next pods.
+# The cluster runs the release build of the operator and runner (what the images ship; tests/run.sh
+# and CI build it); BINARY_PROFILE=debug runs the debug build. The map is read at each pod start,
+# so `BINARY_PROFILE=debug tests/local-cluster.sh up` on a running cluster switches the next pods.
+binary_profile() { echo "${BINARY_PROFILE:-release}"; }
+cargo_build_bins() {
+  local flags=(); [ "$(binary_profile)" = release ] && flags=(--release)
+  (cd "$REPO_ROOT" && cargo build -q "${flags[@]}" --workspace --bins >&2)
+}
+
 write_image_map() {
-  local target; target="$(target_dir)/${BINARY_PROFILE:-debug}"
+  local target; target="$(target_dir)/$(binary_profile)"
   local pulumi_path; pulumi_path="$(pulumi_image_dir)"
   # The previous release's binaries (tests/previous-release.sh; the upgrade test).
   local previous="${XDG_CACHE_HOME:-$HOME/.cache}/pulumi-operator-rs/previous-release/bin"
@@ -181,8 +187,8 @@ cmd_up() {
   log "building the test node agent"
   # With the workspace's binaries, as tests/run.sh builds them: `-p node-agent` alone would
   # compile its dependencies again with other features.
-  (cd "$REPO_ROOT" && cargo build -q --workspace --bins >&2)
-  local agent_bin; agent_bin="$(target_dir)/debug/node-agent"
+  cargo_build_bins
+  local agent_bin; agent_bin="$(target_dir)/$(binary_profile)/node-agent"
 
   mkdir -p "$STATE_DIR"/{pids,logs,certs,pki}
   local etcd_data="$STATE_DIR/etcd"

@@ -4,7 +4,7 @@
 # `git archive` into the cache and built with this checkout's Cargo build directory (Cargo's
 # `build.build-dir`: dependencies and intermediate files), so only the project's own crates
 # compile, and a target directory of its own for the binaries: this checkout's
-# `debug/pulumi-operator` and `debug/pulumi-runner`, which the local cluster runs, are never
+# `release/pulumi-operator` and `release/pulumi-runner`, which the local cluster runs, are never
 # replaced, so this can build while tests run. Built once per commit.
 #
 #   tests/previous-release.sh          build what is missing; last line: the release's directory
@@ -58,15 +58,32 @@ if ! built; then
   # all again for the release.
   sed -i '/^\[profile\./,$d' "$src/Cargo.toml"
   sed -n '/^\[profile\./,$p' "$REPO_ROOT/Cargo.toml" >>"$src/Cargo.toml"
-  grep -q '^\[profile\.dev\]' "$src/Cargo.toml" || die "cannot give the previous release this checkout's profiles"
+  grep -q '^\[profile\.release\.' "$src/Cargo.toml" || die "cannot give the previous release this checkout's profiles"
+  # Only the upgrade test runs it: its own crates compiled lightly (package entries leave the
+  # dependencies, shared with this checkout's build, as they are).
+  cat >>"$src/Cargo.toml" <<'TOML'
+
+[profile.release.package.pulumi-operator]
+opt-level = 1
+
+[profile.release.package.pulumi-runner]
+opt-level = 0
+
+[profile.release.package.pulumi-operator-api]
+opt-level = 1
+
+[profile.release.package.pulumi-gitauth]
+opt-level = 0
+TOML
   log "building $commit (the previous release) with the build directory $build_dir"
   start=$SECONDS
-  # The whole workspace, as tests/run.sh builds it: the same features, so no dependency is
-  # compiled again.
-  (cd "$src" && CARGO_BUILD_BUILD_DIR="$build_dir" CARGO_TARGET_DIR="$target" cargo build --workspace --bins)
+  # With --workspace, as tests/run.sh builds it: the same features, so no dependency is compiled
+  # again; only the two binaries the upgrade test runs.
+  (cd "$src" && CARGO_BUILD_BUILD_DIR="$build_dir" CARGO_TARGET_DIR="$target" \
+    cargo build --release --workspace --bin pulumi-operator --bin pulumi-runner)
   rm -rf "$out.tmp"
   mkdir -p "$out.tmp/bin"
-  cp "$target/debug/pulumi-operator" "$target/debug/pulumi-runner" "$out.tmp/bin/"
+  cp "$target/release/pulumi-operator" "$target/release/pulumi-runner" "$out.tmp/bin/"
   rm -rf "$target"
   cp -r "$src/charts/pulumi-operator" "$out.tmp/chart"
   echo "$commit" >"$out.tmp/commit"

@@ -12,40 +12,46 @@
 #                              and the upgrade from the previous release. Each
 #                              binary's output is in target/test-logs/<package>-<test>.log; a
 #                              failed binary's output is printed whole.
-#   tests/run.sh ARGS...       `cargo test --workspace --no-fail-fast ARGS...`, one binary after
-#                              the other, without the final least-privilege and Helm checks
-#                              (e.g. `tests/run.sh --test e2e_s3`)
+#   tests/run.sh ARGS...       `cargo test --release --workspace --no-fail-fast ARGS...`, one
+#                              binary after the other, without the final least-privilege and Helm
+#                              checks (e.g. `tests/run.sh --test e2e_s3`)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# Everything in the release profile: the binaries the cluster runs as images (operator, runner)
+# are those the images ship, and one build of the dependencies serves them and the tests (the
+# test code itself is compiled lightly: Cargo.toml's profiles). BINARY_PROFILE=debug runs the
+# debug build instead.
+export BINARY_PROFILE="${BINARY_PROFILE:-release}"
+profile=()
+[ "$BINARY_PROFILE" = release ] && profile=(--release)
 cluster="$(tests/local-cluster.sh up)"
 eval "$(tail -n1 <<<"$cluster")"
 export KUBECONFIG
-# The binaries the cluster runs as images (operator, runner).
 status=0
-cargo build --workspace --bins
+cargo build "${profile[@]}" --workspace --bins
 if [ $# -gt 0 ]; then
   # The previous release the upgrade test starts from (built once per commit). A failure here
   # fails the run, but only the upgrade test needs it: the others still run.
   tests/previous-release.sh >/dev/null || status=$?
-  cargo test --workspace --no-fail-fast "$@" || status=$?
+  cargo test "${profile[@]}" --workspace --no-fail-fast "$@" || status=$?
   exit $status
 fi
 
 # Test binaries that run alone, in this order: e2e_hostile counts the operator's reconciles over a
 # quiet minute (other tests' Stacks would count too); the others stop the operator (kill, scale)
 # or the API server and etcd under it.
-SERIAL="pulumi-operator:e2e_hostile pulumi-operator:e2e_chaos pulumi-operator:e2e_exactly_once
-  pulumi-operator:install pulumi-operator:e2e_faults"
+SERIAL="pulumi-operator-tests:e2e_hostile pulumi-operator-tests:e2e_chaos pulumi-operator-tests:e2e_exactly_once
+  pulumi-operator-tests:install pulumi-operator-tests:e2e_faults"
 # Run last, --ignored, alone: least privilege over the whole run (the API server's audit log: the
 # rights the operator used against those it is granted; a partial run uses less), then the Helm
 # install and the upgrade from the previous release.
-LAST="pulumi-operator:rbac_audit pulumi-operator:helm_install pulumi-operator:helm_upgrade"
+LAST="pulumi-operator-tests:rbac_audit pulumi-operator-tests:helm_install pulumi-operator-tests:helm_upgrade"
 # The rest run side by side, the longest first so that the lanes end together (the ones not
 # named here, short, follow in any order).
-LONGEST_FIRST="pulumi-operator:e2e_programs pulumi-operator:e2e_policy pulumi-operator:e2e_pulumi
-  pulumi-operator:e2e_s3 pulumi-operator:e2e pulumi-operator:e2e_workspace
-  pulumi-operator:e2e_sources pulumi-operator:e2e_suspend pulumi-operator:e2e_fields
-  pulumi-runner:run pulumi-runner:workspace pulumi-operator:e2e_plugin pulumi-operator:monitoring"
+LONGEST_FIRST="pulumi-operator-tests:e2e_programs pulumi-operator-tests:e2e_policy pulumi-operator-tests:e2e_pulumi
+  pulumi-operator-tests:e2e_s3 pulumi-operator-tests:e2e pulumi-operator-tests:e2e_workspace
+  pulumi-operator-tests:e2e_sources pulumi-operator-tests:e2e_suspend pulumi-operator-tests:e2e_fields
+  pulumi-runner:run pulumi-runner:workspace pulumi-operator-tests:e2e_plugin pulumi-operator-tests:monitoring"
 export TEST_LOGS="$PWD/target/test-logs"
 rm -rf "$TEST_LOGS"; mkdir -p "$TEST_LOGS"
 
@@ -53,7 +59,7 @@ rm -rf "$TEST_LOGS"; mkdir -p "$TEST_LOGS"
 # Always with --workspace, so that every build resolves the dependencies' features alike and
 # compiles none of them twice.
 executables() {
-  cargo test --workspace --no-run --message-format=json "$@" 2>>"$TEST_LOGS/build.log" | python3 -c '
+  cargo test "${profile[@]}" --workspace --no-run --message-format=json "$@" 2>>"$TEST_LOGS/build.log" | python3 -c '
 import json, os, sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -77,7 +83,7 @@ executables "${serial_targets[@]}" >"$TEST_LOGS/binaries" ||
 (
   renice -n 10 -p "$BASHPID" >/dev/null
   executables >"$TEST_LOGS/binaries.all" || { cat "$TEST_LOGS/build.log"; exit 1; }
-  cargo test --workspace --doc >"$TEST_LOGS/doc.log" 2>&1 || { cat "$TEST_LOGS/doc.log"; exit 1; }
+  cargo test "${profile[@]}" --workspace --doc >"$TEST_LOGS/doc.log" 2>&1 || { cat "$TEST_LOGS/doc.log"; exit 1; }
 ) >"$TEST_LOGS/build-beside.log" 2>&1 &
 build_beside=$!
 (

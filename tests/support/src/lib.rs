@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::Client;
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -20,6 +20,25 @@ pub const START_CLUSTER: &str = "eval \"$(tests/local-cluster.sh up | tail -n1)\
 pub fn repo_root() -> PathBuf {
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     here.ancestors().nth(2).map(PathBuf::from).unwrap_or(here)
+}
+
+/// A binary of this workspace, from the profile directory the running test was built in
+/// (`<target>/<profile>/deps/<test>-<hash>` → `<target>/<profile>/<name>`): tests/run.sh builds
+/// them with `cargo build --workspace --bins` in the same profile first.
+pub fn workspace_binary(name: &str) -> PathBuf {
+    let test = std::env::current_exe().expect("the test's own path");
+    let profile_dir = test
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or_else(|| panic!("{} is not under <target>/<profile>/deps", test.display()));
+    let bin = profile_dir.join(name);
+    assert!(
+        bin.exists(),
+        "{} is missing: build it with `cargo build --workspace --bins` in this profile \
+         (tests/run.sh does)",
+        bin.display()
+    );
+    bin
 }
 
 pub fn kubeconfig() -> String {
