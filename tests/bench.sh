@@ -5,7 +5,8 @@
 #   tests/bench.sh [N]        N Stacks (default 100); BENCH_* variables tune the phases
 #
 # Results: target/bench/<time>/{result.json,result.md,latency-cdf.png} (BENCH_OUT to choose).
-# BINARY_PROFILE=debug measures the debug build instead. BENCH_INSTALL=0 measures whatever operator is installed, untouched.
+# BINARY_PROFILE=debug measures the debug build instead. BENCH_INSTALL=0 measures whatever
+# operator is installed, untouched.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export BENCH_STACKS="${1:-${BENCH_STACKS:-100}}"

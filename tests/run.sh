@@ -40,18 +40,21 @@ fi
 # Test binaries that run alone, in this order: e2e_hostile counts the operator's reconciles over a
 # quiet minute (other tests' Stacks would count too); the others stop the operator (kill, scale)
 # or the API server and etcd under it.
-SERIAL="pulumi-operator-tests:e2e_hostile pulumi-operator-tests:e2e_chaos pulumi-operator-tests:e2e_exactly_once
-  pulumi-operator-tests:install pulumi-operator-tests:e2e_faults"
+SERIAL="pulumi-operator-tests:e2e_hostile pulumi-operator-tests:e2e_chaos
+  pulumi-operator-tests:e2e_exactly_once pulumi-operator-tests:install
+  pulumi-operator-tests:e2e_faults"
 # Run last, --ignored, alone: least privilege over the whole run (the API server's audit log: the
 # rights the operator used against those it is granted; a partial run uses less), then the Helm
 # install and the upgrade from the previous release.
-LAST="pulumi-operator-tests:rbac_audit pulumi-operator-tests:helm_install pulumi-operator-tests:helm_upgrade"
+LAST="pulumi-operator-tests:rbac_audit pulumi-operator-tests:helm_install
+  pulumi-operator-tests:helm_upgrade"
 # The rest run side by side, the longest first so that the lanes end together (the ones not
 # named here, short, follow in any order).
-LONGEST_FIRST="pulumi-operator-tests:e2e_programs pulumi-operator-tests:e2e_policy pulumi-operator-tests:e2e_pulumi
-  pulumi-operator-tests:e2e_s3 pulumi-operator-tests:e2e pulumi-operator-tests:e2e_workspace
-  pulumi-operator-tests:e2e_sources pulumi-operator-tests:e2e_suspend pulumi-operator-tests:e2e_fields
-  pulumi-runner:run pulumi-runner:workspace pulumi-operator-tests:e2e_plugin pulumi-operator-tests:monitoring"
+LONGEST_FIRST="pulumi-operator-tests:e2e_programs pulumi-operator-tests:e2e_policy
+  pulumi-operator-tests:e2e_pulumi pulumi-operator-tests:e2e_s3 pulumi-operator-tests:e2e
+  pulumi-operator-tests:e2e_workspace pulumi-operator-tests:e2e_sources
+  pulumi-operator-tests:e2e_suspend pulumi-operator-tests:e2e_fields pulumi-runner:run
+  pulumi-runner:workspace pulumi-operator-tests:e2e_plugin pulumi-operator-tests:monitoring"
 export TEST_LOGS="$PWD/target/test-logs"
 rm -rf "$TEST_LOGS"; mkdir -p "$TEST_LOGS"
 
