@@ -4,10 +4,7 @@
 
 use serde_norway::Value;
 use std::path::{Path, PathBuf};
-
-fn root() -> PathBuf {
-    test_support::repo_root()
-}
+use test_support::repo_root as root;
 
 fn chart() -> PathBuf {
     root().join("charts/pulumi-operator")

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use test_support::repo_root as root;
 
 const CRATES: [(&str, &str); 5] = [
     ("operator", "src"),
@@ -25,10 +26,6 @@ const ABOVE_RUNTIME: [&str; 6] = [
     "controllers",
 ];
 const MAX_FUNCTION_LINES: usize = 80;
-
-fn root() -> PathBuf {
-    test_support::repo_root()
-}
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
