@@ -59,6 +59,14 @@ pub fn in_flight(current: Option<&Update>, owned: &[&Update]) -> InFlight {
     }
 }
 
+/// What an unfinished Update says while its pod may still run on a node that stopped
+/// answering (its `Progressing` message), if that is why it has not finished.
+pub fn node_unreachable(update: &Update) -> Option<String> {
+    crate::update::status::update_condition(update, names::CONDITION_PROGRESSING)
+        .filter(|c| c.reason == crate::update::status::REASON_NODE_UNREACHABLE)
+        .map(|c| c.message.clone())
+}
+
 /// The finished Updates whose finalizer the Stack may release: every finished one it owns
 /// except the one still to be absorbed (`keep`).
 pub fn releasable(owned: &[&Update], keep: Option<&str>) -> Vec<String> {

@@ -22,13 +22,14 @@ use crate::runtime::metrics::{StackLabels, UpdateLabels};
 use crate::stack::approval;
 use crate::stack::decide::{decide, Decision, Limits, Observed};
 use crate::stack::drift::{self, Finding};
-use crate::stack::inflight::{in_flight, owned_by, releasable, InFlight};
+use crate::stack::inflight::{in_flight, node_unreachable, owned_by, releasable, InFlight};
 use crate::stack::objects::{build_update, build_workspace, trigger_of, ResolvedSource};
 use crate::stack::policy_check;
 use crate::stack::prereq;
 use crate::stack::source::{self, ResolveError, Resolved};
 use crate::stack::status::{self, absorb, mark_reconciling, mark_result, mark_stalled};
 use crate::stack::suspend::{self, Transition};
+use crate::update::status::REASON_NODE_UNREACHABLE;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -431,10 +432,28 @@ impl<'a> Pass<'a> {
                     // change made meanwhile waits for the check, Reconciling, as below).
                     return Ok(Some(Action::await_change()));
                 }
+                let unreachable = owned
+                    .iter()
+                    .find(|u| u.name_any() == name)
+                    .and_then(|u| node_unreachable(u));
+                let (reason, message) = match &unreachable {
+                    Some(m) => {
+                        if !status::has_reason(&self.status, REASON_NODE_UNREACHABLE) {
+                            let note = format!("operation {name}: {m}");
+                            self.publish(EventType::Warning, REASON_NODE_UNREACHABLE, note)
+                                .await;
+                        }
+                        (REASON_NODE_UNREACHABLE, m.as_str())
+                    }
+                    None => (
+                        names::REASON_STACK_PROCESSING,
+                        names::MESSAGE_STACK_BEING_PROCESSED,
+                    ),
+                };
                 mark_reconciling(
                     &mut self.status,
-                    names::REASON_STACK_PROCESSING,
-                    names::MESSAGE_STACK_BEING_PROCESSED,
+                    reason,
+                    message,
                     self.generation,
                     &self.now,
                 );

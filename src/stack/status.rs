@@ -98,6 +98,15 @@ pub fn mark_ready(status: &mut StackStatus, generation: i64, now: &Time) {
 }
 
 /// `Reconciling=True` with `reason`; Ready=False NotReadyInProgress; Stalled removed.
+/// Whether the Stack's `Reconciling` condition is true for this reason.
+pub fn has_reason(status: &StackStatus, reason: &str) -> bool {
+    status.conditions.iter().flatten().any(|c| {
+        c.type_ == names::CONDITION_RECONCILING
+            && c.status == names::STATUS_TRUE
+            && c.reason == reason
+    })
+}
+
 pub fn mark_reconciling(
     status: &mut StackStatus,
     reason: &str,

@@ -343,7 +343,7 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         Progress::Succeeded { .. } | Progress::Failed { .. } => Action::await_change(),
         // Waits that end by time alone (pods that do not start, image pulls) are looked at
         // again when due, even without an event.
-        Progress::Running { .. } => crate::runtime::requeue(recheck),
+        Progress::Running { .. } | Progress::Unconfirmed { .. } => crate::runtime::requeue(recheck),
     })
 }
 
@@ -453,6 +453,7 @@ async fn follow(
     let progress = progress(Some(job), pods, now.0);
     let recheck = recheck_after(None, None, pods, now.0);
     if !matches!(progress, Progress::Running { .. }) {
+        // Ended, or held open by a pod on an unreachable node (it started long ago).
         return Ok((progress, recheck));
     }
     match not_started(job, pods, now.0) {
@@ -606,6 +607,16 @@ async fn announce(ctx: &Context, update: &Update, progress: &Progress) {
                     "Failed to {} stack {stack:?}: {message}",
                     verb(&kind, false)
                 ),
+            )
+            .await;
+        }
+        Progress::Unconfirmed { message } => {
+            publish(
+                ctx,
+                update,
+                EventType::Warning,
+                crate::update::status::REASON_NODE_UNREACHABLE,
+                message.clone(),
             )
             .await;
         }

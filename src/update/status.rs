@@ -23,6 +23,10 @@ const STUCK_REASONS: &[&str] = &[
 pub enum Progress {
     /// Not finished; the message says what it waits for.
     Running { message: String },
+    /// The operation's pod is on a node that stopped answering: its Pulumi may still run, so
+    /// the operation is not over until the pod is proven stopped (see [`unconfirmed_stop`]).
+    /// The message names the pod, the node and what a person can do.
+    Unconfirmed { message: String },
     Succeeded {
         result: RunResult,
         end: Option<Time>,
@@ -114,8 +118,8 @@ pub fn pod_progress(pod: &Pod, now: jiff::Timestamp) -> Progress {
             return p;
         }
     }
-    if let Some(lost) = lost_with_node(pod, now) {
-        return lost;
+    if let Some(message) = unconfirmed_stop(pod, now) {
+        return Progress::Unconfirmed { message };
     }
     if status.phase.as_deref() == Some("Failed") {
         let reason = status.reason.clone().unwrap_or_else(|| "PodFailed".into());
@@ -159,23 +163,35 @@ pub fn pod_progress(pod: &Pod, now: jiff::Timestamp) -> Progress {
 }
 
 /// How long past its deletion time (the end of its grace period) a pod may still be reported
-/// running before it is taken as lost with its node: a kubelet that answers has stopped it by
-/// then, and only a node that is gone or cut off leaves it `Terminating`.
+/// running before the Update says that its node has not confirmed the stop: a kubelet that
+/// answers has stopped it by then, and only a node that is gone or cut off leaves it
+/// `Terminating`.
 pub const LOST_AFTER_DELETION_SECONDS: i64 = 120;
 
-/// The end of an operation whose pod was lost with its node, if it was. Nothing on that node
-/// can confirm that the pod stopped, so its end is decided from what Kubernetes says:
-/// - the node lifecycle controller evicted it (`DisruptionTarget` reason
-///   `DeletionByTaintManager`, from the NoExecute taint of a node that stopped posting its
-///   status) and marked it not ready; a NoExecute taint on a healthy node leaves the pod ready
-///   until its kubelet stops it, which then reports the container's end;
-/// - or it was deleted and is still reported running [`LOST_AFTER_DELETION_SECONDS`] after its
-///   grace period ended.
+/// The Stack condition and Update `Progressing` reason of an operation whose pod is on a node
+/// that stopped answering, until the pod is proven stopped.
+pub const REASON_NODE_UNREACHABLE: &str = "NodeUnreachable";
+
+/// Why an operation whose pod still counts as running cannot be taken as stopped, if its node
+/// stopped answering. A pod on an unreachable node is not stopped: its Pulumi may still be
+/// running and writing the stack's state (an S3 backend is reachable from a partitioned node),
+/// so the next operation of the Stack waits, as Kubernetes waits before it starts a
+/// StatefulSet's pod elsewhere. Proof comes only from the objects: the kubelet reports the
+/// containers terminated (or the pod `Failed`/`Succeeded`), or the pod object is gone, which
+/// is what Kubernetes does once a person deletes the node, marks it
+/// `node.kubernetes.io/out-of-service` (the pod garbage collector then removes its pods) or
+/// force-deletes the pod.
 ///
-/// Pulumi may have been cut off mid-operation: the result is unknown and the stack runs the
-/// operation again (the next run clears the stack lock the lost pod held).
-fn lost_with_node(pod: &Pod, now: jiff::Timestamp) -> Option<Progress> {
+/// The node is taken as unreachable when the node lifecycle controller evicted the pod
+/// (`DisruptionTarget` reason `DeletionByTaintManager`, from the NoExecute taint of a node
+/// that stopped posting its status) and marked it not ready (a NoExecute taint on a healthy
+/// node leaves the pod ready until its kubelet stops it), or when the pod was deleted and is
+/// still reported running [`LOST_AFTER_DELETION_SECONDS`] after its grace period ended.
+pub fn unconfirmed_stop(pod: &Pod, now: jiff::Timestamp) -> Option<String> {
     let deleted_at = pod.metadata.deletion_timestamp.as_ref()?;
+    if !pod_busy(pod) {
+        return None;
+    }
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     let node = pod
         .spec
@@ -198,24 +214,23 @@ fn lost_with_node(pod: &Pod, now: jiff::Timestamp) -> Option<Progress> {
         && has("Ready", "False", None);
     let overdue = seconds_since(Some(deleted_at), now) - LOST_AFTER_DELETION_SECONDS;
     let why = if evicted {
-        format!("node {node} stopped answering and Kubernetes evicted the pod (NoExecute taint)")
+        format!("node {node} stopped answering and Kubernetes evicted the pod")
     } else if overdue >= 0 {
         format!(
-            "it was deleted and node {node} has not confirmed that it stopped, {} after its grace period ended",
-            crate::runtime::duration::human_secs(overdue + LOST_AFTER_DELETION_SECONDS)
+            "the pod was deleted and node {node} has not confirmed that it stopped within {} \
+             of the end of its grace period",
+            crate::runtime::duration::human_secs(LOST_AFTER_DELETION_SECONDS)
         )
     } else {
         return None;
     };
-    Some(Progress::Failed {
-        reason: names::UPDATE_REASON_NODE_LOST.into(),
-        message: format!(
-            "the operation's pod {name} was lost with node {node}: {why}; its result is unknown, \
-             so the stack runs it again"
-        ),
-        result: None,
-        end: None,
-    })
+    Some(format!(
+        "{why}; the operation's pod {name} may still be running Pulumi there, so the stack's \
+         next operation waits until the pod is proven stopped. Once you have made sure node \
+         {node} is down, run `kubectl taint nodes {node} \
+         node.kubernetes.io/out-of-service=nodeshutdown:NoExecute` (or `kubectl delete node \
+         {node}`): Kubernetes then removes the pod, and the stack runs the operation again"
+    ))
 }
 
 fn deadline_message(job: &Job) -> String {
@@ -249,15 +264,23 @@ pub fn progress(job: Option<&Job>, pods: &[&Pod], now: jiff::Timestamp) -> Progr
     let mut pods: Vec<&Pod> = pods.to_vec();
     pods.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
     let outcomes: Vec<Progress> = pods.iter().map(|p| pod_progress(p, now)).collect();
+    let unfinished =
+        |o: &Progress| matches!(o, Progress::Running { .. } | Progress::Unconfirmed { .. });
     let busy = pods
         .iter()
         .zip(&outcomes)
-        .find(|(p, o)| matches!(o, Progress::Running { .. }) && pod_busy(p))
+        .find(|(p, o)| unfinished(o) && pod_busy(p))
         .map(|(p, _)| *p);
-    let job_outcome = job_failure(job);
-    let first_finished = outcomes
+    // A pod that may still run on an unreachable node holds the operation open, whatever
+    // else has ended.
+    if let Some(lost) = outcomes
         .iter()
-        .find(|o| !matches!(o, Progress::Running { .. }));
+        .find(|o| matches!(o, Progress::Unconfirmed { .. }))
+    {
+        return lost.clone();
+    }
+    let job_outcome = job_failure(job);
+    let first_finished = outcomes.iter().find(|o| !unfinished(o));
     let complete = job_complete(job);
     let deadline = deadline_outcome(job, job_outcome.as_ref(), first_finished, complete, now);
     let result_lost = (complete && pods.is_empty()).then(lost_result);
@@ -734,6 +757,11 @@ pub fn status_for(
     };
     let conditions = match progress {
         Progress::Running { message } => running_conditions(message),
+        Progress::Unconfirmed { message } => [
+            (true, REASON_NODE_UNREACHABLE, message.as_str()),
+            (false, names::UPDATE_REASON_PROGRESSING, NOT_ENDED_MESSAGE),
+            (false, names::UPDATE_REASON_PROGRESSING, NOT_ENDED_MESSAGE),
+        ],
         Progress::Succeeded { result, end } => {
             record_success(&mut st, result, end, now);
             SUCCEEDED_CONDITIONS
@@ -944,27 +972,80 @@ mod tests {
     }
 
     #[test]
-    fn a_pod_evicted_from_a_node_that_stopped_answering_is_lost_at_once() {
+    fn a_pod_evicted_from_a_node_that_stopped_answering_holds_the_operation_open() {
         let evicted = deleted_pod(
             "2026-01-01T00:09:59Z",
             json!([{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
                     "message": "Taint manager: deleting due to NoExecute taint"},
                    {"type": "Ready", "status": "False"}]),
         );
-        let job = job_stopped_with_terminating_pod();
-        match progress(Some(&job), &[&evicted], now()) {
-            Progress::Failed {
-                reason, message, ..
-            } => {
-                assert_eq!(reason, names::UPDATE_REASON_NODE_LOST);
-                assert!(
-                    message.contains("u-abc") && message.contains("node node-a"),
-                    "{message}"
-                );
-                assert!(message.contains("runs it again"), "{message}");
+        // The Job has already given up on the pod: that proves nothing about its processes.
+        let failed_job = job(json!([{"type": "FailureTarget", "status": "True",
+                                     "reason": "BackoffLimitExceeded"}]));
+        for job in [job_stopped_with_terminating_pod(), failed_job] {
+            match progress(Some(&job), &[&evicted], now()) {
+                Progress::Unconfirmed { message } => {
+                    assert!(
+                        message.contains("u-abc") && message.contains("node node-a"),
+                        "{message}"
+                    );
+                    assert!(
+                        message.contains("kubectl taint nodes node-a node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"),
+                        "{message}"
+                    );
+                }
+                other => panic!("unconfirmed, not {other:?}"),
             }
-            other => panic!("lost, not {other:?}"),
         }
+        let status = status_for(
+            &serde_json::from_value(json!({"metadata": {"name": "u"}, "spec": {}})).unwrap(),
+            &progress(
+                Some(&job_stopped_with_terminating_pod()),
+                &[&evicted],
+                now(),
+            ),
+            None,
+            &Time(now()),
+        );
+        let conditions = status.conditions.unwrap_or_default();
+        let progressing = conditions
+            .iter()
+            .find(|c| c.type_ == names::CONDITION_PROGRESSING)
+            .map(|c| (c.status.as_str(), c.reason.as_str()));
+        assert_eq!(progressing, Some(("True", REASON_NODE_UNREACHABLE)));
+    }
+
+    #[test]
+    fn proof_of_the_stop_ends_the_wait() {
+        let conditions = json!([{"type": "DisruptionTarget", "status": "True",
+                                 "reason": "DeletionByTaintManager"},
+                                {"type": "Ready", "status": "False"}]);
+        let failed_job = job(json!([{"type": "Failed", "status": "True",
+                                     "reason": "BackoffLimitExceeded", "message": "gone"}]));
+        // The pod object is gone (node deleted, out-of-service taint, force deletion).
+        assert!(matches!(
+            progress(Some(&failed_job), &[], now()),
+            Progress::Failed { .. }
+        ));
+        // The kubelet reported the pod failed.
+        let mut stopped = deleted_pod("2026-01-01T00:09:59Z", conditions.clone());
+        if let Some(s) = stopped.status.as_mut() {
+            s.phase = Some("Failed".into());
+        }
+        assert!(matches!(
+            progress(Some(&failed_job), &[&stopped], now()),
+            Progress::Failed { .. }
+        ));
+        // The kubelet reported the container terminated.
+        let mut ended = deleted_pod("2026-01-01T00:09:59Z", conditions);
+        if let Some(s) = ended.status.as_mut() {
+            s.container_statuses =
+                serde_json::from_value(json!([terminated("pulumi", 137, "Error", "")])).ok();
+        }
+        assert!(matches!(
+            progress(Some(&failed_job), &[&ended], now()),
+            Progress::Failed { .. }
+        ));
     }
 
     #[test]
@@ -992,20 +1073,17 @@ mod tests {
     }
 
     #[test]
-    fn a_deleted_pod_never_confirmed_stopped_is_lost_after_its_grace() {
+    fn a_deleted_pod_never_confirmed_stopped_is_not_taken_as_stopped() {
         let deleted = deleted_pod("2026-01-01T00:08:00Z", json!([]));
         let job = job_stopped_with_terminating_pod();
         match progress(Some(&job), &[&deleted], now()) {
-            Progress::Failed {
-                reason, message, ..
-            } => {
-                assert_eq!(reason, names::UPDATE_REASON_NODE_LOST);
+            Progress::Unconfirmed { message } => {
                 assert!(
-                    message.contains("has not confirmed that it stopped, 2m"),
+                    message.contains("has not confirmed that it stopped within 2m"),
                     "{message}"
                 );
             }
-            other => panic!("lost, not {other:?}"),
+            other => panic!("unconfirmed, not {other:?}"),
         }
     }
 
