@@ -6,6 +6,7 @@ use crate::runtime::cached::{CachedJob, CachedPod};
 use crate::runtime::context::{Context, Stores};
 use crate::runtime::index;
 use crate::runtime::metrics::fleet::FleetSource;
+use crate::runtime::metrics::Metrics;
 use crate::runtime::turns::{error_policy, instrumented};
 use crate::runtime::watch::{api, Running, SharedWatch};
 use crate::{policy, program, stack, update, workspace};
@@ -58,7 +59,7 @@ pub async fn run(scope: Scope, shutdown: CancellationToken) {
         fleet.stacks.clone(),
         &shutdown,
     ));
-    all.push(cluster.drive(shutdown.clone()));
+    all.push(cluster.drive(shutdown.clone(), &scope.metrics));
     // The fleet's metrics (stacks_active, Stacks by state, ...) are read from the caches at
     // each scrape, and `pulumi_operator_leader` is 1, until this ends or is dropped.
     let _leading = scope.metrics.lead(fleet);
@@ -113,8 +114,13 @@ impl ClusterWatches {
             .boxed()
     }
 
-    fn drive(self, shutdown: CancellationToken) -> Running {
-        let drivers = futures::future::join(self.policies.drive(), self.namespaces.drive());
+    fn drive(self, shutdown: CancellationToken, metrics: &Metrics) -> Running {
+        let drivers = futures::future::join(
+            self.policies
+                .drive(metrics.watch_restarts_of("StackPolicy")),
+            self.namespaces
+                .drive(metrics.watch_restarts_of("Namespace")),
+        );
         until_shutdown(drivers.map(|_| ()), shutdown)
     }
 }
@@ -239,16 +245,17 @@ impl Watches {
     }
 
     /// The watches themselves, until shutdown.
-    fn drive(self, shutdown: CancellationToken) -> Running {
+    fn drive(self, shutdown: CancellationToken, metrics: &Metrics) -> Running {
+        let restarts = |kind: &str| metrics.watch_restarts_of(kind);
         let drivers = futures::future::join_all([
-            self.stacks.drive(),
-            self.updates.drive(),
-            self.programs.drive(),
-            self.workspaces.drive(),
-            self.jobs.drive(),
-            self.pods.drive(),
-            self.statefulsets.drive(),
-            self.claims.drive(),
+            self.stacks.drive(restarts("Stack")),
+            self.updates.drive(restarts("Update")),
+            self.programs.drive(restarts("Program")),
+            self.workspaces.drive(restarts("Workspace")),
+            self.jobs.drive(restarts("Job")),
+            self.pods.drive(restarts("Pod")),
+            self.statefulsets.drive(restarts("StatefulSet")),
+            self.claims.drive(restarts("PersistentVolumeClaim")),
         ]);
         until_shutdown(drivers.map(|_| ()), shutdown)
     }
@@ -297,7 +304,10 @@ fn run_in(
         updates: vec![watches.updates.store()],
     };
     // The watch drivers end with the controllers.
-    (vec![controllers, watches.drive(shutdown)], caches)
+    (
+        vec![controllers, watches.drive(shutdown, &scope.metrics)],
+        caches,
+    )
 }
 
 /// No limit here: every scheduled reconcile waits for its turn at its controller's gate, first

@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use test_support::processes::ProcessObserver;
 use test_support::workload::{
     apply_round, assert_invariants, assert_no_update_stranded, env_or, git_program,
     kubectl_retrying, observe, seed_from_env, stack_object, stack_object_with, wait_converged,
@@ -504,15 +505,33 @@ impl Drop for ExtraNode {
     }
 }
 
+/// The Stack's `Reconciling` condition as (reason, message), if it is true.
+fn reconciling(s: &Stack) -> Option<(String, String)> {
+    s.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Reconciling" && c.status == "True")
+        .map(|c| (c.reason.clone(), c.message.clone()))
+}
+
+/// A node is cut off, not dead: its agent stops answering while its pods' Pulumi processes run
+/// on. The next operation of each Stack (a new revision, which may run on the other node) must
+/// not start a second Pulumi for the stack until the first is proven stopped. The Stack names
+/// the node and the way forward; a person then makes sure the node is down and marks it out of
+/// service, and the Stacks converge with their state intact. What runs is observed from the
+/// host's process table, not through the API server or the node agent being faulted.
 #[tokio::test]
-async fn an_operation_lost_with_its_node_fails_in_bounded_time_and_is_retried() {
+async fn an_operation_cut_off_with_its_node_waits_for_proof_and_never_runs_twice() {
     let _serial = ONE_AT_A_TIME.lock().await;
     let f = StackFixture::new("nodeloss").await;
     let ns = f.ns().to_string();
     inject(&["node-add", LOST_NODE]).await;
     let _node = ExtraNode;
-    // s0: a `Delete` stack; s1: a `Retain` stack (kind() of 0 and 1), both on the lost node,
-    // each in a long operation when the node goes.
+    let pulumis = ProcessObserver::start();
+    // s0: a `Delete` stack; s1: a `Retain` stack (kind() of 0 and 1), both on the cut-off
+    // node, each in a long operation when the node goes.
     let sha = f
         .repo
         .commit(&[("Pulumi.yaml", &git_program(1, 600))], "a long operation");
@@ -520,9 +539,12 @@ async fn an_operation_lost_with_its_node_fails_in_bounded_time_and_is_retried() 
         f.sn.ns
             .apply(&stack_object_with(&f, i, &sha, &on_lost_node()));
     }
-    for i in 0..2 {
-        f.running_runner_pod(&format!("s{i}")).await;
-    }
+    wait_until(
+        Duration::from_secs(240),
+        "both stacks' Pulumi running",
+        || async { (0..2).all(|i| pulumis.alive(&format!("chaos-{i}")).len() == 1) },
+    )
+    .await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(f.sn.ns.client.clone(), &ns);
     let cache_claims = || async {
         claims
@@ -537,52 +559,81 @@ async fn an_operation_lost_with_its_node_fails_in_bounded_time_and_is_retried() 
             .unwrap_or_default()
     };
     let claims_before = cache_claims().await;
-    let lost_at = Instant::now();
-    inject(&["node-down", LOST_NODE]).await;
-    // The node goes NotReady after 20 s and its pods are evicted 30 s later (the local
-    // cluster's settings); the operator then ends each operation at once.
-    for i in 0..2 {
-        let s = f
-            .wait_stack_for(
-                Duration::from_secs(180),
-                &format!("s{i}"),
-                "the lost operation to fail",
-                |s| {
-                    last_update(s).state == Some(StackUpdateStateMessage::Failed)
-                        && last_update(s)
-                            .message
-                            .is_some_and(|m| m.contains("was lost with node"))
-                },
-            )
-            .await;
-        let message = last_update(&s).message.unwrap_or_default();
-        assert!(
-            message.contains(LOST_NODE) && message.contains("runs it again"),
-            "the failure names the node: {message}"
-        );
-        println!(
-            "nodeloss: s{i} failed {:.0}s after the node was lost: {message}",
-            lost_at.elapsed().as_secs_f64()
-        );
-    }
-    // The retry waits for a node it may run on; the node comes back, the retry clears the
-    // lost pod's stack lock and finishes (a short program now).
+    let cut_at = Instant::now();
+    inject(&["node-partition", LOST_NODE]).await;
+    // A new revision that may run on any node: nothing but the fencing keeps it from starting
+    // on local-node while the cut-off Pulumi runs.
     let sha = f
         .repo
         .commit(&[("Pulumi.yaml", &git_program(2, 1))], "short");
     for i in 0..2 {
-        f.sn.ns
-            .apply(&stack_object_with(&f, i, &sha, &on_lost_node()));
+        f.sn.ns.apply(&stack_object_with(&f, i, &sha, ""));
     }
-    inject(&["node-up", LOST_NODE]).await;
+    // The node goes NotReady after 20 s and its pods are evicted 30 s later (the local
+    // cluster's settings); the Stacks then say why they wait.
+    for i in 0..2 {
+        let s = f
+            .wait_stack_for(
+                Duration::from_secs(240),
+                &format!("s{i}"),
+                "the Stack to say that its operation's node stopped answering",
+                |s| reconciling(s).is_some_and(|(reason, _)| reason == "NodeUnreachable"),
+            )
+            .await;
+        let (_, message) = reconciling(&s).unwrap_or_default();
+        assert!(
+            message.contains(&format!("node {LOST_NODE}"))
+                && message.contains(&format!(
+                    "kubectl taint nodes {LOST_NODE} node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
+                ))
+                && message.contains(&format!("s{i}-")),
+            "the Stack names the node, the pod and the way forward: {message}"
+        );
+        println!(
+            "nodeloss: s{i} waits {:.0}s after the node was cut off: {message}",
+            cut_at.elapsed().as_secs_f64()
+        );
+    }
+    // However long it takes: the cut-off Pulumi runs on, and no second one starts.
+    tokio::time::sleep(Duration::from_secs(45)).await;
+    for i in 0..2 {
+        let seen = pulumis.seen(&format!("chaos-{i}"));
+        assert!(
+            seen.len() == 1 && seen[0].alive,
+            "chaos-{i}: only the cut-off Pulumi runs: {seen:?}"
+        );
+    }
+    assert_eq!(pulumis.overlaps(), Vec::<String>::new());
+    // The person makes sure the node is down, then marks it out of service: Kubernetes removes
+    // its pods, and the Stacks go on.
+    inject(&["node-down", LOST_NODE]).await;
+    wait_until(
+        Duration::from_secs(30),
+        "the cut-off Pulumis to end",
+        || async { (0..2).all(|i| pulumis.alive(&format!("chaos-{i}")).is_empty()) },
+    )
+    .await;
+    kubectl(&[
+        "taint",
+        "nodes",
+        LOST_NODE,
+        "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute",
+    ]);
     for i in 0..2 {
         f.wait_stack_for(
             Duration::from_secs(300),
             &format!("s{i}"),
-            "Ready again",
+            "Ready at the new revision",
             |s| stack_ready(s) && output_value(s) == "round-2",
         )
         .await;
+    }
+    assert_eq!(pulumis.overlaps(), Vec::<String>::new());
+    for i in 0..2 {
+        assert!(
+            pulumis.seen(&format!("chaos-{i}")).len() >= 2,
+            "chaos-{i}: the next operation ran once the first was proven stopped"
+        );
     }
     assert_eq!(f.lock_files(), 0, "no stack is left locked");
     assert_eq!(
@@ -607,6 +658,7 @@ async fn an_operation_lost_with_its_node_fails_in_bounded_time_and_is_retried() 
             .is_empty()
     })
     .await;
+    assert_eq!(pulumis.overlaps(), Vec::<String>::new());
 }
 
 /// Unmounts the small disk even when the test fails.

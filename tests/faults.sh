@@ -17,12 +17,29 @@
 #                                                    node's pods are evicted only while another node is
 #                                                    Ready: the node lifecycle controller stops evicting
 #                                                    when every node of a zone is down
-#   tests/faults.sh node-down [NAME]                  the node is lost: SIGKILL its agent (the kernel
-#                                                    kills its pods' processes with it); the node goes
-#                                                    NotReady after the node-monitor grace period and
-#                                                    the node lifecycle controller evicts its pods
-#   tests/faults.sh node-up [NAME]                    the node comes back (the agent starts again and
-#                                                    finds its pods' processes gone)
+#   tests/faults.sh node-down [NAME]                  the node dies: SIGKILL its agent and every
+#                                                    container of its pods (each container's
+#                                                    supervisor; the kernel then ends the container's
+#                                                    PID namespace); the node goes NotReady after the
+#                                                    node-monitor grace period and the node lifecycle
+#                                                    controller evicts its pods
+#   tests/faults.sh node-partition [NAME]             the node is cut off, not dead: SIGSTOP its agent,
+#                                                    so that it stops answering the API server while
+#                                                    its pods' processes keep running (and reach the
+#                                                    network). Their output is not drained meanwhile:
+#                                                    a process that writes more than a pipe's 64 KiB
+#                                                    blocks until node-heal
+#   tests/faults.sh node-heal [NAME]                  the partition ends: SIGCONT the agent
+#   tests/faults.sh agent-crash [NAME]                the node agent dies but its pods' processes live
+#                                                    on (SIGKILL the agent alone; their output then
+#                                                    goes nowhere)
+#   tests/faults.sh node-up [NAME]                    the node comes back: processes an agent-crash
+#                                                    left are ended first (a real kubelet re-attaches
+#                                                    to its containers through the runtime; this
+#                                                    stand-in cannot, so it ends them rather than
+#                                                    report them ended while they run), then the
+#                                                    agent starts again and finds its pods' processes
+#                                                    gone
 #   tests/faults.sh node-remove NAME                  stop NAME's agent and delete the Node
 #   tests/faults.sh disk-mount DIR SIZE               a tmpfs of SIZE (e.g. 8m) at DIR (a file backend)
 #   tests/faults.sh disk-fill DIR                     fill DIR's filesystem to the last byte
@@ -97,6 +114,21 @@ wait_etcd() {
   die "etcd does not answer 30s after its restart (logs: $STATE_DIR/logs/etcd.log)"
 }
 
+containers_of() { # agent pid → the pids of its containers' supervisors (its children)
+  pgrep -P "$1" || true
+}
+
+end_containers() { # agent name → SIGKILL the containers recorded when it went down
+  local file="$STATE_DIR/pids/$1.containers" pid
+  [ -f "$file" ] || return 0
+  while read -r pid; do
+    # A supervisor's death takes its container's PID 1 (parent-death signal), and with it the
+    # container's PID namespace.
+    [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null || true
+  done <"$file"
+  rm -f "$file"
+}
+
 node_ready() { # node name
   [ "$(kubectl_admin get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
@@ -105,7 +137,22 @@ agent_of() { # node name → the name its agent's pid and command line are recor
   if [ "$1" = local-node ]; then echo node-agent; else echo "node-agent-$1"; fi
 }
 
-wait_node_ready() { # node name
+wait_containers_of() { # agent pid → the pids of its containers' supervisors (its children)
+  pgrep -P "$1" || true
+}
+
+end_containers() { # agent name → SIGKILL the containers recorded when it went down
+  local file="$STATE_DIR/pids/$1.containers" pid
+  [ -f "$file" ] || return 0
+  while read -r pid; do
+    # A supervisor's death takes its container's PID 1 (parent-death signal), and with it the
+    # container's PID namespace.
+    [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null || true
+  done <"$file"
+  rm -f "$file"
+}
+
+node_ready() { # node name
   for _ in $(seq 1 600); do node_ready "$1" && return 0; sleep 0.1; done
   die "node $1 is not Ready 60s after its agent started (logs: $STATE_DIR/logs/$(agent_of "$1").log)"
 }
@@ -161,13 +208,43 @@ case "${1:-}" in
     log "node $node added (its agent listens on 127.0.0.1:$port)"
     ;;
   node-down)
-    node="${2:-local-node}"
-    stop_process "$(agent_of "$node")" KILL
-    log "node $node lost with its pods; it goes NotReady after the grace period"
+    node="${2:-local-node}" agent="$(agent_of "${2:-local-node}")"
+    pid="$(pid_of "$agent")"
+    if alive "$pid"; then
+      # Frozen first, so that it starts no container between the listing and the kill.
+      kill -STOP "$pid" 2>/dev/null || true
+      containers_of "$pid" >"$STATE_DIR/pids/$agent.containers"
+    fi
+    stop_process "$agent" KILL
+    end_containers "$agent"
+    log "node $node is dead with its pods' processes; it goes NotReady after the grace period"
+    ;;
+  node-partition)
+    node="${2:-local-node}" pid="$(pid_of "$(agent_of "${2:-local-node}")")"
+    alive "$pid" || die "the agent of node $node is not running"
+    kill -STOP "$pid"
+    log "node $node is cut off (agent pid $pid stopped); its pods' processes run on"
+    ;;
+  node-heal)
+    node="${2:-local-node}" pid="$(pid_of "$(agent_of "${2:-local-node}")")"
+    alive "$pid" || die "the agent of node $node is not running"
+    kill -CONT "$pid"
+    wait_node_ready "$node"
+    log "node $node answers again and is Ready"
+    ;;
+  agent-crash)
+    node="${2:-local-node}" agent="$(agent_of "${2:-local-node}")"
+    pid="$(pid_of "$agent")"
+    alive "$pid" || die "the agent of node $node is not running"
+    kill -STOP "$pid"
+    containers_of "$pid" >"$STATE_DIR/pids/$agent.containers"
+    stop_process "$agent" KILL
+    log "the agent of node $node died; $(wc -l <"$STATE_DIR/pids/$agent.containers") container(s) live on"
     ;;
   node-up)
     node="${2:-local-node}" agent="$(agent_of "${2:-local-node}")"
     alive "$(pid_of "$agent")" && die "the agent of node $node is running"
+    end_containers "$agent"
     start_process "$agent"
     wait_node_ready "$node"
     log "node $node is back and Ready"
@@ -175,7 +252,11 @@ case "${1:-}" in
   node-remove)
     node="${2:?usage: $0 node-remove NAME}" agent="$(agent_of "${2:-}")"
     [ "$node" != local-node ] || die "local-node is the cluster's own node"
+    if alive "$(pid_of "$agent" 2>/dev/null || echo 0)"; then
+      containers_of "$(pid_of "$agent")" >"$STATE_DIR/pids/$agent.containers"
+    fi
     stop_process "$agent" TERM
+    end_containers "$agent"
     kubectl_admin delete node "$node" --wait=false >/dev/null 2>&1 || true
     rm -f "$STATE_DIR/pids/$agent" "$STATE_DIR/cmds/$agent"
     log "node $node removed"
@@ -203,7 +284,7 @@ case "${1:-}" in
     umount "$dir" || die "cannot unmount $dir"
     ;;
   *)
-    sed -n '2,24p' "$0" >&2
+    sed -n '2,47p' "$0" >&2
     exit 2
     ;;
 esac

@@ -45,6 +45,11 @@ pub struct ReconcileLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     pub result: String,
 }
@@ -78,6 +83,7 @@ pub struct Metrics {
     pub policy_violations: Family<LevelLabels, Counter>,
     /// 1 while this replica reconciles (holds the Lease, or runs without leader election).
     pub leader: Gauge,
+    pub watch_restarts: Family<KindLabels, Counter>,
     fleet: Arc<fleet::FleetCollector>,
 }
 
@@ -117,6 +123,7 @@ impl Default for Metrics {
             git_ls_remote_last_success: Gauge::default(),
             policy_violations: Family::default(),
             leader: Gauge::default(),
+            watch_restarts: Family::default(),
             fleet: Arc::default(),
             registry: Registry::default(),
         };
@@ -190,6 +197,12 @@ fn register_operator_metrics(ours: &mut Registry, m: &Metrics) {
 }
 
 fn register_git_and_leader(ours: &mut Registry, m: &Metrics) {
+    ours.register(
+        "watch_restarts",
+        "Watches that had to list again after their first list (their resourceVersion was too \
+         old, e.g. after an etcd compaction), by kind",
+        m.watch_restarts.clone(),
+    );
     ours.register(
         "git_ls_remote",
         "git ls-remote calls by result",
@@ -302,6 +315,13 @@ impl Metrics {
     }
 
     /// Records one finished ls-remote call.
+    /// The counter of one kind's watch re-lists.
+    pub fn watch_restarts_of(&self, kind: &str) -> Counter {
+        self.watch_restarts
+            .get_or_create(&KindLabels { kind: kind.into() })
+            .clone()
+    }
+
     pub fn git_ls_remote_done(&self, ok: bool, took: std::time::Duration) {
         let labels = ResultLabels {
             result: if ok { "success" } else { "failure" }.into(),

@@ -11,11 +11,12 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Resource};
+use prometheus_client::metrics::counter::Counter;
 use pulumi_operator_api::{Program, Stack, Update, Workspace};
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::sync::Arc;
-use tracing::warn;
+use tracing::{info, warn};
 
 pub fn api<K>(client: &kube::Client, ns: Option<&str>) -> Api<K>
 where
@@ -90,8 +91,9 @@ where
         .boxed()
     }
 
-    /// The watch itself, to be polled until shutdown.
-    pub fn drive(self) -> Running {
+    /// The watch itself, to be polled until shutdown; `restarts` counts its re-lists after
+    /// the first list (a watch that could not resume, e.g. "410 Gone" after a compaction).
+    pub fn drive(self, restarts: Counter) -> Running {
         let SharedWatch {
             api,
             cfg,
@@ -100,6 +102,7 @@ where
             writer,
             senders,
         } = self;
+        let mut relist = Relist::default();
         watcher(api, cfg)
             .default_backoff()
             .modify(Trim::trim)
@@ -120,13 +123,21 @@ where
                         indexes.iter().for_each(|i| i.delete(&o));
                         send(Arc::new(o))
                     }
-                    // A (re)list is in the store only once it is complete: then every object.
+                    // The store still holds what the last list and its watch saw.
+                    Ok(watcher::Event::Init) => relist.start(store.state(), &restarts),
+                    // A (re)list is in the store only once it is complete: then every object,
+                    // and every object the re-list no longer has (deleted while the watch was
+                    // down: no Delete event ever comes for it).
                     Ok(watcher::Event::InitDone) => {
                         let all = store.state();
                         indexes.iter().for_each(|i| i.rebuild(&all));
-                        all.into_iter().for_each(send)
+                        let gone = relist.gone(&all);
+                        if !gone.is_empty() {
+                            info!(kind = %K::kind(&()), count = gone.len(), "objects deleted while the watch re-listed");
+                        }
+                        all.into_iter().chain(gone).for_each(send)
                     }
-                    Ok(_) => {}
+                    Ok(watcher::Event::InitApply(_)) => {}
                     Err(e) => {
                         warn!(kind = %K::kind(&()), "watch failed (retrying with backoff): {e}")
                     }
@@ -134,6 +145,41 @@ where
                 futures::future::ready(())
             })
             .boxed()
+    }
+}
+
+/// What a watch had before it (re)listed, to find what the new list no longer has.
+struct Relist<K: Resource<DynamicType = ()>> {
+    lists: u64,
+    before: Vec<Arc<K>>,
+}
+
+impl<K: Resource<DynamicType = ()>> Default for Relist<K> {
+    fn default() -> Self {
+        Relist {
+            lists: 0,
+            before: Vec::new(),
+        }
+    }
+}
+
+impl<K: Resource<DynamicType = ()>> Relist<K> {
+    fn start(&mut self, before: Vec<Arc<K>>, restarts: &Counter) {
+        if self.lists > 0 {
+            restarts.inc();
+        }
+        self.lists += 1;
+        self.before = before;
+    }
+
+    /// The objects the store had before the list and no longer has.
+    fn gone(&mut self, now: &[Arc<K>]) -> Vec<Arc<K>> {
+        let key = |o: &Arc<K>| (o.meta().namespace.clone(), o.meta().name.clone());
+        let present: std::collections::HashSet<_> = now.iter().map(key).collect();
+        std::mem::take(&mut self.before)
+            .into_iter()
+            .filter(|o| !present.contains(&key(o)))
+            .collect()
     }
 }
 
@@ -192,6 +238,32 @@ trim_metadata_only!(
 mod tests {
     use super::*;
     use kube::ResourceExt;
+
+    fn update(name: &str) -> Arc<Update> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "auto.pulumi.com/v1alpha1", "kind": "Update",
+                "metadata": {"name": name, "namespace": "ns"}, "spec": {}
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_relist_hands_on_what_was_deleted_meanwhile_and_is_counted() {
+        let restarts = Counter::default();
+        let mut relist = Relist::default();
+        relist.start(vec![], &restarts);
+        assert!(relist.gone(&[update("a"), update("b")]).is_empty());
+        assert_eq!(restarts.get(), 0, "the first list is no restart");
+        relist.start(vec![update("a"), update("b")], &restarts);
+        let gone = relist.gone(&[update("b"), update("c")]);
+        assert_eq!(
+            gone.iter().map(|u| u.name_any()).collect::<Vec<_>>(),
+            vec!["a".to_string()]
+        );
+        assert_eq!(restarts.get(), 1);
+    }
 
     #[test]
     fn caches_keep_what_decisions_read() {

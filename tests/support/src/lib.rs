@@ -3,6 +3,7 @@
 //! polling helpers. A missing cluster is a loud failure that names the command to start it.
 
 pub mod helm;
+pub mod processes;
 pub mod workload;
 
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};

@@ -1,0 +1,181 @@
+//! An observer of Pulumi processes from outside the cluster: the host's process table, read
+//! every 100 ms. The local cluster's pods are processes of this host (tests/node-agent), so
+//! every Pulumi operation any pod runs shows here, whatever the API server, the node agent or
+//! the operator say or fail to say. A fault test asserts on what this records: no two
+//! operations of one stack at once, observed independently of what the test faults.
+//!
+//! A Pulumi operation is a `pulumi up|preview|refresh|destroy|import` process; its stack is the
+//! pair (`PULUMI_BACKEND_URL` from its environment, its `--stack` argument), which is unique
+//! per Stack object in the tests (every fixture has a backend of its own).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The operations that hold the stack (and may write its state).
+const OPERATIONS: &[&str] = &["up", "update", "preview", "refresh", "destroy", "import"];
+
+/// One Pulumi process seen running.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub pid: u32,
+    pub operation: String,
+    pub first: Instant,
+    pub last: Instant,
+    /// Still in the process table at the last scan.
+    pub alive: bool,
+}
+
+/// What the observer recorded, per stack (`backend|stack`).
+#[derive(Default, Debug)]
+pub struct ProcessLog {
+    pub by_stack: BTreeMap<String, Vec<Seen>>,
+}
+
+impl ProcessLog {
+    /// Pairs of processes of one stack that were seen alive at the same time.
+    pub fn overlaps(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        for (stack, seen) in &self.by_stack {
+            for (i, a) in seen.iter().enumerate() {
+                for b in &seen[i + 1..] {
+                    if a.first <= b.last && b.first <= a.last {
+                        found.push(format!(
+                            "{stack}: pulumi {} (pid {}) and pulumi {} (pid {}) ran at once",
+                            a.operation, a.pid, b.operation, b.pid
+                        ));
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    /// The processes of the stack named `stack` (the end of its key: `backend|stack` or
+    /// `backend|org/project/stack`).
+    pub fn of(&self, stack: &str) -> Vec<Seen> {
+        self.by_stack
+            .iter()
+            .filter(|(k, _)| k.ends_with(&format!("|{stack}")) || k.ends_with(&format!("/{stack}")))
+            .flat_map(|(_, v)| v.clone())
+            .collect()
+    }
+}
+
+/// The stack key and operation of a process, if it is a Pulumi operation.
+fn pulumi_operation(pid: u32) -> Option<(String, String)> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let program = args.first()?;
+    if program.rsplit('/').next() != Some("pulumi") {
+        return None;
+    }
+    let operation = args.get(1).filter(|a| OPERATIONS.contains(&a.as_str()))?;
+    let stack = args
+        .iter()
+        .position(|a| a == "--stack" || a == "-s")
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+        .or_else(|| {
+            args.iter()
+                .find_map(|a| a.strip_prefix("--stack=").map(str::to_string))
+        })
+        .unwrap_or_default();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let backend = environ
+        .split(|b| *b == 0)
+        .find_map(|e| e.strip_prefix(b"PULUMI_BACKEND_URL="))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .unwrap_or_default();
+    Some((format!("{backend}|{stack}"), operation.clone()))
+}
+
+fn scan(log: &Mutex<ProcessLog>) {
+    let now = Instant::now();
+    let mut current: Vec<(u32, String, String)> = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if let Some((key, op)) = pulumi_operation(pid) {
+                current.push((pid, key, op));
+            }
+        }
+    }
+    let Ok(mut log) = log.lock() else { return };
+    for seen in log.by_stack.values_mut().flatten() {
+        seen.alive = false;
+    }
+    for (pid, key, operation) in current {
+        let list = log.by_stack.entry(key).or_default();
+        match list
+            .iter_mut()
+            .find(|s| s.pid == pid && s.operation == operation)
+        {
+            Some(s) => {
+                s.last = now;
+                s.alive = true;
+            }
+            None => list.push(Seen {
+                pid,
+                operation,
+                first: now,
+                last: now,
+                alive: true,
+            }),
+        }
+    }
+}
+
+/// Records Pulumi processes until dropped.
+pub struct ProcessObserver {
+    pub log: Arc<Mutex<ProcessLog>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl ProcessObserver {
+    pub fn start() -> Self {
+        let log = Arc::new(Mutex::new(ProcessLog::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (l, s) = (log.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                scan(&l);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        ProcessObserver { log, stop }
+    }
+
+    /// The live Pulumi operations of the stack named `needle`.
+    pub fn alive(&self, needle: &str) -> Vec<Seen> {
+        self.log
+            .lock()
+            .map(|l| l.of(needle).into_iter().filter(|s| s.alive).collect())
+            .unwrap_or_default()
+    }
+
+    pub fn overlaps(&self) -> Vec<String> {
+        self.log.lock().map(|l| l.overlaps()).unwrap_or_default()
+    }
+
+    /// Every process seen for the stack named `needle`.
+    pub fn seen(&self, needle: &str) -> Vec<Seen> {
+        self.log.lock().map(|l| l.of(needle)).unwrap_or_default()
+    }
+}
+
+impl Drop for ProcessObserver {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
