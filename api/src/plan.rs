@@ -249,6 +249,63 @@ pub struct RunPlan {
     /// read-only in the `pulumi` container and passed to every `preview` and `up`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub policy_packs: Vec<PolicyPackPlan>,
+    /// The operation's fencing heartbeat: the runner holds this Lease while the operation runs
+    /// and stops Pulumi itself when it cannot renew it (runner/src/heartbeat.rs). Absent: no
+    /// Lease, and the runner behaves as without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat: Option<HeartbeatPlan>,
+}
+
+/// How often the runner renews its heartbeat Lease, by default (seconds).
+pub const DEFAULT_HEARTBEAT_RENEW_SECONDS: u64 = 10;
+/// How long the runner lets Pulumi run without a successful renewal, by default (seconds).
+pub const DEFAULT_HEARTBEAT_EXPIRE_SECONDS: u64 = 60;
+/// How long the runner waits for Pulumi to stop after its SIGINT before it kills Pulumi's
+/// process group, by default (seconds).
+pub const DEFAULT_HEARTBEAT_STOP_GRACE_SECONDS: u64 = 20;
+
+fn default_heartbeat_renew() -> u64 {
+    DEFAULT_HEARTBEAT_RENEW_SECONDS
+}
+fn default_heartbeat_expire() -> u64 {
+    DEFAULT_HEARTBEAT_EXPIRE_SECONDS
+}
+fn default_heartbeat_stop_grace() -> u64 {
+    DEFAULT_HEARTBEAT_STOP_GRACE_SECONDS
+}
+
+/// The fencing heartbeat of one operation ("self-fencing"). Before any Pulumi command the
+/// runner creates the `coordination.k8s.io/v1` Lease `lease` in the plan's namespace, held by
+/// its pod, and renews it every `renewEverySeconds` (always with the `resourceVersion` it last
+/// saw). When no renewal succeeded for `expireAfterSeconds` (counted from the start of the last
+/// successful request), or at once when the holder changed, it sends SIGINT to Pulumi's process
+/// group, and SIGKILL `stopGraceSeconds` later. So once the operator changed the holder
+/// (revoked the Lease) and observed that write succeed, Pulumi is stopped within
+/// `expireAfterSeconds + stopGraceSeconds` (plus the watchdog's 250 ms tick), measured on any
+/// clock running at the normal rate: the next operation may start after that and a margin.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatPlan {
+    /// The Lease's name (its namespace is the plan's).
+    pub lease: String,
+    #[serde(default = "default_heartbeat_renew")]
+    pub renew_every_seconds: u64,
+    #[serde(default = "default_heartbeat_expire")]
+    pub expire_after_seconds: u64,
+    #[serde(default = "default_heartbeat_stop_grace")]
+    pub stop_grace_seconds: u64,
+}
+
+impl HeartbeatPlan {
+    /// The heartbeat of `lease` with the default periods.
+    pub fn new(lease: impl Into<String>) -> HeartbeatPlan {
+        HeartbeatPlan {
+            lease: lease.into(),
+            renew_every_seconds: DEFAULT_HEARTBEAT_RENEW_SECONDS,
+            expire_after_seconds: DEFAULT_HEARTBEAT_EXPIRE_SECONDS,
+            stop_grace_seconds: DEFAULT_HEARTBEAT_STOP_GRACE_SECONDS,
+        }
+    }
 }
 
 /// Where the policy packs are fetched to (a volume of their own, read-only in the `pulumi`
@@ -386,6 +443,10 @@ pub enum FailureReason {
     PolicyViolation,
     /// A policy pack could not be fetched, installed or loaded: nothing runs without it.
     PolicyPackFailed,
+    /// The runner stopped Pulumi itself because it could not renew its operation's heartbeat
+    /// Lease in time, or the operator took the Lease over ([`HeartbeatPlan`]); or the Lease
+    /// could not be held, and Pulumi did not run. Retrying runs the operation again.
+    HeartbeatLost,
     /// Pulumi failed for another reason (see the message and the logs).
     UpdateFailed,
 }
@@ -424,6 +485,7 @@ impl FailureReason {
             FailureReason::PermissionDenied => "PermissionDenied",
             FailureReason::PolicyViolation => "PolicyViolation",
             FailureReason::PolicyPackFailed => "PolicyPackFailed",
+            FailureReason::HeartbeatLost => "HeartbeatLost",
             FailureReason::UpdateFailed => "UpdateFailed",
         }
     }
@@ -590,11 +652,55 @@ mod tests {
             dependency_cache: None,
             conflict_retry_delay_ms: None,
             policy_packs: Vec::new(),
+            heartbeat: Some(HeartbeatPlan::new("s-1-heartbeat")),
         };
         let text = serde_json::to_string(&plan).unwrap();
         assert!(text.contains(r#""kind":"git""#), "{text}");
+        assert!(
+            text.contains(
+                r#""heartbeat":{"lease":"s-1-heartbeat","renewEverySeconds":10,"expireAfterSeconds":60,"stopGraceSeconds":20}"#
+            ),
+            "{text}"
+        );
         assert!(text.contains(r#""operation":"up""#), "{text}");
         assert_eq!(serde_json::from_str::<RunPlan>(&text).unwrap(), plan);
+    }
+
+    #[test]
+    fn heartbeat_periods_default_and_no_heartbeat_is_absent() {
+        let plan: RunPlan = serde_json::from_value(serde_json::json!({
+            "namespace": "ns",
+            "operation": "up",
+            "stack": {"name": "dev", "create": true},
+            "heartbeat": {"lease": "l", "expireAfterSeconds": 30},
+        }))
+        .unwrap();
+        let hb = plan.heartbeat.clone().unwrap();
+        assert_eq!(
+            (
+                hb.lease.as_str(),
+                hb.renew_every_seconds,
+                hb.expire_after_seconds,
+                hb.stop_grace_seconds
+            ),
+            (
+                "l",
+                DEFAULT_HEARTBEAT_RENEW_SECONDS,
+                30,
+                DEFAULT_HEARTBEAT_STOP_GRACE_SECONDS
+            )
+        );
+        let without = RunPlan {
+            heartbeat: None,
+            ..plan
+        };
+        let text = serde_json::to_string(&without).unwrap();
+        assert!(!text.contains("heartbeat"), "{text}");
+        assert_eq!(FailureReason::HeartbeatLost.as_str(), "HeartbeatLost");
+        assert_eq!(
+            serde_json::to_string(&FailureReason::HeartbeatLost).unwrap(),
+            r#""HeartbeatLost""#
+        );
     }
 
     #[test]
@@ -625,6 +731,7 @@ mod tests {
                 dependency_cache: None,
                 conflict_retry_delay_ms: None,
                 policy_packs: Vec::new(),
+                heartbeat: None,
             },
             workspace: RetainedWorkspace {
                 name: "app".into(),

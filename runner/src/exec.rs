@@ -5,6 +5,7 @@
 
 use crate::classify::{Observed, Stream};
 use crate::error::Failure;
+use crate::heartbeat::Fence;
 use crate::pulumi::{Invocation, BASE_ENV};
 use crate::redact::{mask_bytes, Redactor};
 use crate::report::log;
@@ -48,6 +49,9 @@ pub struct Runner {
     /// Environment for every invocation (the dependency cache's download directories); the
     /// user's `$PULUMI_ENV` and the invocation's own variables come after it.
     pub env: Vec<(String, String)>,
+    /// The operation's heartbeat (`crate::heartbeat`): commands start through it, so that its
+    /// watchdog can stop them, and none starts once it stopped Pulumi.
+    pub fence: Option<Arc<Fence>>,
 }
 
 impl Runner {
@@ -57,6 +61,7 @@ impl Runner {
             cwd: cwd.into(),
             signals,
             env: Vec::new(),
+            fence: None,
         }
     }
 
@@ -71,12 +76,7 @@ impl Runner {
             ));
         }
         log(format!("running {}", inv.display()));
-        let mut child = self.command(inv).spawn().map_err(|e| {
-            Failure::new(
-                FailureReason::UpdateFailed,
-                format!("cannot run {}: {e}", self.pulumi.display()),
-            )
-        })?;
+        let mut child = self.spawn(inv)?;
         let pid = child.id().unwrap_or(0);
         if let (Some(mut stdin), Some(text)) = (child.stdin.take(), inv.stdin.clone()) {
             tokio::spawn(async move {
@@ -86,14 +86,35 @@ impl Runner {
         }
         let pumps = start_pumps(&mut child, inv);
         let (code, forwarded) = self.wait_forwarding_signals(&mut child, pid).await;
+        // Stopped by the heartbeat's watchdog (`crate::heartbeat`): interrupted too.
+        let fenced = self.fence.as_ref().is_some_and(|fence| {
+            fence.exited(pid);
+            fence.fenced().is_some()
+        });
         let (observed, stdout) = finish_pumps(pumps).await;
         signals::reap_orphans();
         Ok(Outcome {
             code,
             observed,
             stdout,
-            interrupted: forwarded > 0,
+            interrupted: forwarded > 0 || fenced,
         })
+    }
+
+    /// Starts `inv` (through the heartbeat's fence when the operation has one).
+    fn spawn(&self, inv: &Invocation) -> Result<tokio::process::Child, Failure> {
+        let start = || {
+            self.command(inv).spawn().map_err(|e| {
+                Failure::new(
+                    FailureReason::UpdateFailed,
+                    format!("cannot run {}: {e}", self.pulumi.display()),
+                )
+            })
+        };
+        match &self.fence {
+            Some(fence) => fence.spawn(start, tokio::process::Child::id),
+            None => start(),
+        }
     }
 
     /// The command for `inv`: in the runner's directory, its own process group, piped

@@ -7,7 +7,9 @@
 //!   packs): installs the packs' dependencies (`crate::policy`).
 //! - `run` (the `pulumi` container, the user's image): drives the `pulumi` CLI through the
 //!   operation (`pulumi install`, `stack select`, config, then `up`, `preview`, `refresh` or
-//!   `destroy`), streams its output, hands the outputs over sealed, and reports.
+//!   `destroy`), streams its output, hands the outputs over sealed, and reports. With a
+//!   heartbeat in the plan it holds a Lease meanwhile, and stops Pulumi itself when it cannot
+//!   renew it (`heartbeat`).
 //!
 //! Every subcommand reports a [`pulumi_operator_api::plan::RunResult`] in the termination
 //! message and exits 0 on success, 1 on failure.
@@ -20,6 +22,7 @@ pub mod dotenv;
 pub mod error;
 pub mod exec;
 pub mod fetch;
+pub mod heartbeat;
 pub mod locks;
 pub mod outputs;
 pub mod plan;

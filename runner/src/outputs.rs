@@ -336,6 +336,7 @@ mod tests {
             dependency_cache: None,
             conflict_retry_delay_ms: None,
             policy_packs: Vec::new(),
+            heartbeat: None,
         }
     }
 

@@ -36,6 +36,9 @@ pub struct RunOptions {
     pub cleared_locks: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     /// Where the `fetch` step put the policy packs ([`POLICY_PACKS_DIR`]).
     pub policy_packs_dir: PathBuf,
+    /// The operation's heartbeat, when the plan has one: every Pulumi command starts through
+    /// it ([`crate::heartbeat`]). Set by [`run`].
+    pub fence: Option<std::sync::Arc<crate::heartbeat::Fence>>,
 }
 
 impl Default for RunOptions {
@@ -45,6 +48,7 @@ impl Default for RunOptions {
             conflict_retries: 5,
             cleared_locks: Default::default(),
             policy_packs_dir: PathBuf::from(POLICY_PACKS_DIR),
+            fence: None,
         }
     }
 }
@@ -59,12 +63,34 @@ pub async fn run(
     let mut redactor = Redactor::default();
     let workspace = layout.workspace_dir();
     let project = project_info(&workspace);
+    // With a heartbeat, the Lease is held before any Pulumi command, and every command of the
+    // operation runs under its watchdog until the result is known.
+    let (heartbeat, opts) = match crate::heartbeat::Heartbeat::start(plan, &signals).await {
+        Ok(heartbeat) => {
+            let fence = heartbeat.as_ref().map(crate::heartbeat::Heartbeat::fence);
+            let opts = RunOptions {
+                fence,
+                ..opts.clone()
+            };
+            (heartbeat, opts)
+        }
+        Err(f) => {
+            let mut result = f.into_result();
+            result.project = project;
+            result.message = redactor.apply(&result.message);
+            return result;
+        }
+    };
+    let opts = &opts;
     // Filled once the operation ran, whether it then succeeds or fails.
     let mut after = AfterOperation::default();
     let mut result = match run_inner(plan, layout, opts, signals, &mut redactor, &mut after).await {
         Ok(r) => r,
         Err(f) => f.into_result(),
     };
+    if let Some(heartbeat) = heartbeat {
+        result = heartbeat.finish(result).await;
+    }
     result.project = project;
     result.message = redactor.apply(&result.message);
     result.resources = after.resources;
@@ -226,6 +252,7 @@ fn workspace_runner(
     signals: Signals,
 ) -> (Runner, Option<PathBuf>) {
     let mut runner = Runner::new(&opts.pulumi, workspace, signals);
+    runner.fence = opts.fence.clone();
     let cache = plan
         .dependency_cache
         .as_deref()

@@ -30,6 +30,7 @@ fn plan(ns: &str, uid: &str) -> RunPlan {
         dependency_cache: None,
         conflict_retry_delay_ms: None,
         policy_packs: Vec::new(),
+        heartbeat: None,
     }
 }
 

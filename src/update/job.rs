@@ -154,6 +154,7 @@ pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, InvalidUpd
         ),
         conflict_retry_delay_ms: None,
         policy_packs: Vec::new(),
+        heartbeat: None,
     })
 }
 

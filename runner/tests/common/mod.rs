@@ -255,6 +255,7 @@ pub fn plan(operation: Operation, source: Option<Source>) -> RunPlan {
         dependency_cache: None,
         conflict_retry_delay_ms: None,
         policy_packs: Vec::new(),
+        heartbeat: None,
     }
 }
 
