@@ -577,9 +577,17 @@ async fn an_operation_cut_off_with_its_node_waits_for_proof_and_never_runs_twice
                 Duration::from_secs(240),
                 &format!("s{i}"),
                 "the Stack to say that its operation's node stopped answering",
-                |s| reconciling(s).is_some_and(|(reason, _)| reason == "NodeUnreachable"),
+                |s| {
+                    reconciling(s).is_some_and(|(reason, _)| reason == "NodeUnreachable")
+                        || !pulumis.overlaps().is_empty()
+                },
             )
             .await;
+        assert_eq!(
+            pulumis.overlaps(),
+            Vec::<String>::new(),
+            "a second Pulumi ran beside the cut-off one"
+        );
         let (_, message) = reconciling(&s).unwrap_or_default();
         assert!(
             message.contains(&format!("node {LOST_NODE}"))

@@ -19,8 +19,8 @@
 #                                                    when every node of a zone is down
 #   tests/faults.sh node-down [NAME]                  the node dies: SIGKILL its agent and every
 #                                                    container of its pods (each container's
-#                                                    supervisor; the kernel then ends the container's
-#                                                    PID namespace); the node goes NotReady after the
+#                                                    supervisor and PID 1; the kernel then ends the
+#                                                    container's PID namespace); the node goes NotReady after the
 #                                                    node-monitor grace period and the node lifecycle
 #                                                    controller evicts its pods
 #   tests/faults.sh node-partition [NAME]             the node is cut off, not dead: SIGSTOP its agent,
@@ -114,16 +114,21 @@ wait_etcd() {
   die "etcd does not answer 30s after its restart (logs: $STATE_DIR/logs/etcd.log)"
 }
 
-containers_of() { # agent pid → the pids of its containers' supervisors (its children)
-  pgrep -P "$1" || true
+containers_of() { # agent pid → its containers' supervisors (its children) and their PID 1s
+  local supervisor
+  for supervisor in $(pgrep -P "$1" || true); do
+    echo "$supervisor"
+    # A container's PID 1 does not die with its supervisor once it has changed its user (the
+    # kernel clears the parent-death signal then): it is ended directly, which ends its whole
+    # PID namespace.
+    pgrep -P "$supervisor" || true
+  done
 }
 
 end_containers() { # agent name → SIGKILL the containers recorded when it went down
   local file="$STATE_DIR/pids/$1.containers" pid
   [ -f "$file" ] || return 0
   while read -r pid; do
-    # A supervisor's death takes its container's PID 1 (parent-death signal), and with it the
-    # container's PID namespace.
     [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null || true
   done <"$file"
   rm -f "$file"
@@ -137,22 +142,7 @@ agent_of() { # node name → the name its agent's pid and command line are recor
   if [ "$1" = local-node ]; then echo node-agent; else echo "node-agent-$1"; fi
 }
 
-wait_containers_of() { # agent pid → the pids of its containers' supervisors (its children)
-  pgrep -P "$1" || true
-}
-
-end_containers() { # agent name → SIGKILL the containers recorded when it went down
-  local file="$STATE_DIR/pids/$1.containers" pid
-  [ -f "$file" ] || return 0
-  while read -r pid; do
-    # A supervisor's death takes its container's PID 1 (parent-death signal), and with it the
-    # container's PID namespace.
-    [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null || true
-  done <"$file"
-  rm -f "$file"
-}
-
-node_ready() { # node name
+wait_node_ready() { # node name
   for _ in $(seq 1 600); do node_ready "$1" && return 0; sleep 0.1; done
   die "node $1 is not Ready 60s after its agent started (logs: $STATE_DIR/logs/$(agent_of "$1").log)"
 }

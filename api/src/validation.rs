@@ -254,6 +254,9 @@ pub fn object_name_problem(name: &str) -> Option<String> {
 pub fn repo_url_problem(url: &str) -> Option<String> {
     let url = url.trim();
     let lower = url.to_ascii_lowercase();
+    if let Some(why) = option_shaped(url) {
+        return Some(format!("unsupported repository URL {url:?}: {why}"));
+    }
     if [
         "https://",
         "http://",
@@ -281,6 +284,29 @@ pub fn repo_url_problem(url: &str) -> Option<String> {
     Some(format!(
         "unsupported repository URL {url:?}: use https://, http://, ssh://, git:// or user@host:path"
     ))
+}
+
+/// Why a URL could be read as options by the programs a transport runs (`ssh -oProxyCommand=…`
+/// from `ssh://-oProxyCommand=…/x` runs a command), if it could: a user or host that begins
+/// with `-`, or whitespace or control characters anywhere.
+fn option_shaped(url: &str) -> Option<&'static str> {
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Some("it contains whitespace or control characters");
+    }
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', ':']).next().unwrap_or_default();
+    let (user, host) = match authority.rsplit_once('@') {
+        Some((user, host)) => (Some(user), host),
+        None => (None, authority),
+    };
+    let dash = |s: &str| s.starts_with('-') || s.starts_with("%2d") || s.starts_with("%2D");
+    if host.is_empty() && url.contains("://") {
+        return Some("it names no host");
+    }
+    if dash(host) || user.is_some_and(dash) {
+        return Some("its user or host begins with '-', which ssh would read as an option");
+    }
+    None
 }
 
 /// Why a `repoDir` cannot be used: it must stay inside the repository.
@@ -712,6 +738,14 @@ mod tests {
             "./repo",
             "ext::sh -c touch% /tmp/pwned",
             "fd::17",
+            "ssh://-oProxyCommand=touch%20/tmp/pwned/x",
+            "ssh://git@-oProxyCommand=sh/x",
+            "ssh://-oProxyCommand=sh@host/x",
+            "git+ssh://%2doProxyCommand=sh/x",
+            "-oProxyCommand=sh:org/repo",
+            "git@github.com:org/repo.git --upload-pack=touch",
+            "https:///no-host",
+            "https://example.com/a\nb",
         ] {
             assert!(repo_url_problem(bad).is_some(), "{bad}");
         }

@@ -219,7 +219,6 @@ pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
             if child > 0 {
                 supervise(child);
             }
-            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL))?;
             // A /proc that shows only the container's processes.
             libc::mount(
                 proc_fs.as_ptr(),
@@ -231,6 +230,9 @@ pub fn spawn(spec: ProcessSpec) -> std::io::Result<Running> {
             check(libc::setgroups(0, std::ptr::null()))?;
             check(libc::setgid(gid))?;
             check(libc::setuid(uid))?;
+            // After the change of user, which clears a parent-death signal set before it: the
+            // container dies with its supervisor.
+            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL))?;
             if let Some(dir) = workdir.last() {
                 check(libc::chdir(dir.as_ptr()))?;
             }

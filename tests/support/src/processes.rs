@@ -74,7 +74,11 @@ fn pulumi_operation(pid: u32) -> Option<(String, String)> {
     if program.rsplit('/').next() != Some("pulumi") {
         return None;
     }
-    let operation = args.get(1).filter(|a| OPERATIONS.contains(&a.as_str()))?;
+    // The verb is the first argument that is not a flag (`pulumi --non-interactive up ...`).
+    let operation = args[1..]
+        .iter()
+        .find(|a| !a.starts_with('-'))
+        .filter(|a| OPERATIONS.contains(&a.as_str()))?;
     let stack = args
         .iter()
         .position(|a| a == "--stack" || a == "-s")
@@ -94,6 +98,13 @@ fn pulumi_operation(pid: u32) -> Option<(String, String)> {
     Some((format!("{backend}|{stack}"), operation.clone()))
 }
 
+/// The parent of a process, from `/proc/<pid>/stat` (the field after the command's `)`).
+fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
 fn scan(log: &Mutex<ProcessLog>) {
     let now = Instant::now();
     let mut current: Vec<(u32, String, String)> = Vec::new();
@@ -111,6 +122,13 @@ fn scan(log: &Mutex<ProcessLog>) {
             }
         }
     }
+    // A child Pulumi has forked and not yet replaced by a plugin's program shows its
+    // parent's command line for an instant: it is the same operation.
+    let operations: std::collections::HashMap<u32, String> = current
+        .iter()
+        .map(|(pid, key, _)| (*pid, key.clone()))
+        .collect();
+    current.retain(|(pid, key, _)| parent(*pid).and_then(|p| operations.get(&p)) != Some(key));
     let Ok(mut log) = log.lock() else { return };
     for seen in log.by_stack.values_mut().flatten() {
         seen.alive = false;
