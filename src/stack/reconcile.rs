@@ -388,6 +388,50 @@ impl<'a> Pass<'a> {
         })
     }
 
+    /// Waits for the unfinished Update `name` (`busy`, from the cache); `adopt`: the status
+    /// does not name it yet. Says why the Stack waits when that is a node that stopped
+    /// answering.
+    async fn wait_for(&mut self, name: &str, adopt: bool, busy: Option<&Update>) -> Action {
+        if let (true, Some(u)) = (adopt, busy) {
+            info!(update = %name, "adopting an unfinished Update of this stack");
+            self.status.current_update = Some(trigger_of(u));
+        }
+        let checking = busy.is_some_and(|u| drift::is_check(u) || policy_check::is_check(u));
+        let nothing_new = self.status.last_update.as_ref().is_some_and(|l| {
+            l.generation == Some(self.generation)
+                && l.reconcile_request.as_deref().unwrap_or("") == self.request
+        });
+        if checking && nothing_new {
+            // A drift check changes nothing: the Stack stays as Ready as it was (a change made
+            // meanwhile waits for the check, Reconciling, as below).
+            return Action::await_change();
+        }
+        let unreachable = busy.and_then(node_unreachable);
+        let (reason, message) = match &unreachable {
+            Some(m) => {
+                if !status::has_reason(&self.status, REASON_NODE_UNREACHABLE) {
+                    let note = format!("operation {name}: {m}");
+                    self.publish(EventType::Warning, REASON_NODE_UNREACHABLE, note)
+                        .await;
+                }
+                (REASON_NODE_UNREACHABLE, m.as_str())
+            }
+            None => (
+                names::REASON_STACK_PROCESSING,
+                names::MESSAGE_STACK_BEING_PROCESSED,
+            ),
+        };
+        mark_reconciling(
+            &mut self.status,
+            reason,
+            message,
+            self.generation,
+            &self.now,
+        );
+        // The Update's changes trigger the next reconcile (it is owned).
+        Action::await_change()
+    }
+
     /// Waits for the operation in flight, or absorbs the one that finished. `Some` ends the
     /// reconcile here.
     async fn operations_in_flight(&mut self) -> Result<Option<Action>> {
@@ -413,52 +457,10 @@ impl<'a> Pass<'a> {
         let refs: Vec<&Update> = owned.iter().map(|u| u.as_ref()).collect();
         match in_flight(current.as_ref(), &refs) {
             InFlight::Busy { name, adopt } => {
-                if adopt {
-                    if let Some(u) = owned.iter().find(|u| u.name_any() == name) {
-                        info!(update = %name, "adopting an unfinished Update of this stack");
-                        self.status.current_update = Some(trigger_of(u));
-                    }
-                }
-                let checking = owned
-                    .iter()
-                    .find(|u| u.name_any() == name)
-                    .is_some_and(|u| drift::is_check(u) || policy_check::is_check(u));
-                let nothing_new = self.status.last_update.as_ref().is_some_and(|l| {
-                    l.generation == Some(self.generation)
-                        && l.reconcile_request.as_deref().unwrap_or("") == self.request
-                });
-                if checking && nothing_new {
-                    // A drift check changes nothing: the Stack stays as Ready as it was (a
-                    // change made meanwhile waits for the check, Reconciling, as below).
-                    return Ok(Some(Action::await_change()));
-                }
-                let unreachable = owned
-                    .iter()
-                    .find(|u| u.name_any() == name)
-                    .and_then(|u| node_unreachable(u));
-                let (reason, message) = match &unreachable {
-                    Some(m) => {
-                        if !status::has_reason(&self.status, REASON_NODE_UNREACHABLE) {
-                            let note = format!("operation {name}: {m}");
-                            self.publish(EventType::Warning, REASON_NODE_UNREACHABLE, note)
-                                .await;
-                        }
-                        (REASON_NODE_UNREACHABLE, m.as_str())
-                    }
-                    None => (
-                        names::REASON_STACK_PROCESSING,
-                        names::MESSAGE_STACK_BEING_PROCESSED,
-                    ),
-                };
-                mark_reconciling(
-                    &mut self.status,
-                    reason,
-                    message,
-                    self.generation,
-                    &self.now,
-                );
-                // The Update's changes trigger the next reconcile (it is owned).
-                return Ok(Some(Action::await_change()));
+                let busy = owned.iter().find(|u| u.name_any() == name);
+                return Ok(Some(
+                    self.wait_for(&name, adopt, busy.map(|u| u.as_ref())).await,
+                ));
             }
             InFlight::Absorb { .. } => {
                 if let Some(u) = &current {
