@@ -384,9 +384,20 @@ async fn faults_below_the_operator_lose_nothing() {
             while !matches!(rx.recv().await, Ok(Moment::JobCreated) | Err(_)) {}
         })
         .await;
+        let relists_before = watch_restarts();
         let took = fault.strike(20).await;
         let ended = Instant::now();
         wait_converged(&f, stacks, &format!("round-{round}"), &sha, 600).await;
+        if matches!(fault, Fault::EtcdCompact) {
+            // The compaction took the history the watches would have resumed from: each got
+            // "410 Gone" and listed again, and the operator counted it.
+            let relists = watch_restarts() - relists_before;
+            println!("faults: the compaction made the operator's watches re-list {relists} times");
+            assert!(
+                relists >= 1.0,
+                "no watch re-listed after the compaction (pulumi_operator_watch_restarts_total)"
+            );
+        }
         let recovery = ended.elapsed().as_secs_f64();
         let row = format!("{fault:?}");
         record(
@@ -433,6 +444,15 @@ async fn faults_below_the_operator_lose_nothing() {
     );
     print_table(&table);
     println!("faults: {:.0}s in all", started.elapsed().as_secs_f64());
+}
+
+/// The operator's watch re-lists so far (`pulumi_operator_watch_restarts_total`, every kind).
+fn watch_restarts() -> f64 {
+    test_support::operator_metrics()
+        .lines()
+        .filter(|l| l.starts_with("pulumi_operator_watch_restarts_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// The operator's resident memory and threads before, during and after a 30 s apiserver pause

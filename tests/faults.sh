@@ -7,9 +7,12 @@
 #   tests/faults.sh apiserver-pause SECONDS           SIGSTOP kube-apiserver for SECONDS, then SIGCONT:
 #                                                    calls hang and time out instead of failing fast
 #   tests/faults.sh etcd-restart                      SIGKILL etcd and start it again on the same data
-#   tests/faults.sh etcd-compact                      compact etcd's history to its current revision
-#                                                    and defragment it: every watch resuming from an
-#                                                    older resourceVersion gets "too old resource version"
+#   tests/faults.sh etcd-compact                      compact etcd's history to its current revision,
+#                                                    defragment it, and restart kube-apiserver
+#                                                    (SIGKILL), whose watch cache would otherwise
+#                                                    go on serving the compacted history: every watch
+#                                                    resuming from an older resourceVersion then gets
+#                                                    "410 Gone" (too old resource version) and re-lists
 #   tests/faults.sh node-add NAME                     a second node: another node agent, registered as
 #                                                    NAME, tainted pulumi-operator-rs.test/faults=NAME:
 #                                                    NoSchedule (only pods that tolerate it go there) and
@@ -180,7 +183,11 @@ case "${1:-}" in
     [ -n "$revision" ] && [ "$revision" != null ] || die "cannot read etcd's revision"
     etcd_post /v3/kv/compaction "{\"revision\":\"$revision\",\"physical\":true}" >/dev/null
     etcd_post /v3/maintenance/defragment '{}' >/dev/null
-    log "etcd compacted to revision $revision and defragmented"
+    # At once: a graceful stop drains requests for up to a minute, which this fault is not about.
+    stop_process apiserver KILL
+    start_process apiserver
+    wait_api_ready
+    log "etcd compacted to revision $revision and defragmented; kube-apiserver restarted on it"
     ;;
   node-add)
     node="${2:?usage: $0 node-add NAME}" agent="$(agent_of "${2:-}")"
