@@ -525,17 +525,6 @@ impl Drop for ExtraNode {
     }
 }
 
-/// The Stack's `Reconciling` condition as (reason, message), if it is true.
-fn reconciling(s: &Stack) -> Option<(String, String)> {
-    s.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Reconciling" && c.status == "True")
-        .map(|c| (c.reason.clone(), c.message.clone()))
-}
-
 /// A node is cut off, not dead: its agent stops answering while its pods' Pulumi processes run
 /// on. The next operation of each Stack (a new revision, which may run on the other node) must
 /// not start a second Pulumi for the stack until the first is proven stopped. The Stack names
@@ -598,7 +587,8 @@ async fn an_operation_cut_off_with_its_node_waits_for_proof_and_never_runs_twice
                 &format!("s{i}"),
                 "the Stack to say that its operation's node stopped answering",
                 |s| {
-                    reconciling(s).is_some_and(|(reason, _)| reason == "NodeUnreachable")
+                    test_support::reconciling(s)
+                        .is_some_and(|(reason, _)| reason == "NodeUnreachable")
                         || !pulumis.overlaps().is_empty()
                 },
             )
@@ -608,7 +598,7 @@ async fn an_operation_cut_off_with_its_node_waits_for_proof_and_never_runs_twice
             Vec::<String>::new(),
             "a second Pulumi ran beside the cut-off one"
         );
-        let (_, message) = reconciling(&s).unwrap_or_default();
+        let (_, message) = test_support::reconciling(&s).unwrap_or_default();
         assert!(
             message.contains(&format!("node {LOST_NODE}"))
                 && message.contains(&format!(

@@ -438,20 +438,10 @@ async fn auto_remediation_puts_a_drifted_object_back() {
     );
 }
 
-fn reconciling_reason(s: &Stack) -> Option<(String, String)> {
-    s.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Reconciling" && c.status == "True")
-        .map(|c| (c.reason.clone(), c.message.clone()))
-}
-
 fn pending_plan(s: &Stack) -> Option<String> {
     let approval = s.status.as_ref()?.approval.as_ref()?;
     (approval.state == Some(pulumi_operator_api::ApprovalState::AwaitingApproval)
-        && reconciling_reason(s).is_some_and(|(r, _)| r == "AwaitingApproval"))
+        && test_support::reconciling(s).is_some_and(|(r, _)| r == "AwaitingApproval"))
     .then(|| approval.plan.clone())
     .flatten()
 }
@@ -537,7 +527,7 @@ async fn a_gated_stack_applies_only_the_plan_a_person_approved() {
         diff.contains("drift-target") && diff.contains("create"),
         "{diff}"
     );
-    let (_, message) = reconciling_reason(&waiting).unwrap();
+    let (_, message) = test_support::reconciling(&waiting).unwrap();
     assert!(
         message.contains(&format!(
             "kubectl annotate stack app pulumi.com/approve-plan={first} --overwrite"
@@ -565,7 +555,10 @@ async fn a_gated_stack_applies_only_the_plan_a_person_approved() {
     .await;
     let refused = f.stack("app").await;
     assert_eq!(pending_plan(&refused).as_deref(), Some(second.as_str()));
-    assert!(reconciling_reason(&refused).unwrap().1.contains("refused"));
+    assert!(test_support::reconciling(&refused)
+        .unwrap()
+        .1
+        .contains("refused"));
     assert!(!target_exists(&f));
 
     // The documented one-liner lists the Stacks awaiting approval.

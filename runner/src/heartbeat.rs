@@ -31,7 +31,7 @@ use crate::error::{chain, Failure};
 use crate::report::log;
 use crate::signals::Signals;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::Api;
@@ -228,16 +228,8 @@ pub fn build_lease(plan: &RunPlan, s: &Settings, now: Timestamp) -> Lease {
         .outputs_labels
         .get(STACK_NAME_LABEL)
         .map(|stack| BTreeMap::from([(STACK_NAME_LABEL.to_string(), stack.clone())]));
-    let owner = (!plan.update_name.is_empty() && !plan.update_uid.is_empty()).then(|| {
-        vec![OwnerReference {
-            api_version: "auto.pulumi.com/v1alpha1".into(),
-            kind: "Update".into(),
-            name: plan.update_name.clone(),
-            uid: plan.update_uid.clone(),
-            controller: Some(false),
-            block_owner_deletion: Some(false),
-        }]
-    });
+    let owner = (!plan.update_name.is_empty() && !plan.update_uid.is_empty())
+        .then(|| vec![crate::outputs::update_owner(plan)]);
     Lease {
         metadata: ObjectMeta {
             name: Some(s.lease.clone()),

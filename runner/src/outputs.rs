@@ -204,20 +204,26 @@ pub fn build_secret(plan: &RunPlan, outputs: &StackOutputs) -> Secret {
             namespace: Some(plan.namespace.clone()),
             labels: Some(labels),
             annotations: Some(annotations),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "auto.pulumi.com/v1alpha1".into(),
-                kind: "Update".into(),
-                name: plan.update_name.clone(),
-                uid: plan.update_uid.clone(),
-                controller: Some(false),
-                block_owner_deletion: Some(false),
-            }]),
+            owner_references: Some(vec![update_owner(plan)]),
             ..Default::default()
         },
         immutable: Some(true),
         type_: Some("Opaque".into()),
         data: Some(data),
         ..Default::default()
+    }
+}
+
+/// A reference to the operation's Update, as the owner (not the controller) of what the runner
+/// creates for it: the outputs Secret, the heartbeat Lease.
+pub fn update_owner(plan: &RunPlan) -> OwnerReference {
+    OwnerReference {
+        api_version: "auto.pulumi.com/v1alpha1".into(),
+        kind: "Update".into(),
+        name: plan.update_name.clone(),
+        uid: plan.update_uid.clone(),
+        controller: Some(false),
+        block_owner_deletion: Some(false),
     }
 }
 

@@ -1697,3 +1697,14 @@ pub fn kill_pulumi_up(needle: &str) -> usize {
         .filter(|p| kill_pid(p.pid))
         .count()
 }
+
+/// The Stack's `Reconciling` condition as (reason, message), if it is true.
+pub fn reconciling(s: &pulumi_operator_api::Stack) -> Option<(String, String)> {
+    s.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Reconciling" && c.status == "True")
+        .map(|c| (c.reason.clone(), c.message.clone()))
+}
