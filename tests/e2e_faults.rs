@@ -533,8 +533,20 @@ impl Drop for ExtraNode {
 /// host's process table, not through the API server or the node agent being faulted.
 #[tokio::test]
 async fn an_operation_cut_off_with_its_node_waits_for_proof_and_never_runs_twice() {
+    cut_off_node("node-partition", "nodeloss").await;
+}
+
+/// The same when the node agent dies and its pods' processes live on: the node stops
+/// answering as a partitioned one does.
+#[tokio::test]
+async fn an_operation_whose_node_agent_died_waits_for_proof_and_never_runs_twice() {
+    cut_off_node("agent-crash", "agentloss").await;
+}
+
+/// Cuts the node of two Stacks' long operations off with `fault` (a tests/faults.sh command).
+async fn cut_off_node(fault: &str, prefix: &str) {
     let _serial = ONE_AT_A_TIME.lock().await;
-    let f = StackFixture::new("nodeloss").await;
+    let f = StackFixture::new(prefix).await;
     let ns = f.ns().to_string();
     inject(&["node-add", LOST_NODE]).await;
     let _node = ExtraNode;
@@ -569,7 +581,7 @@ async fn an_operation_cut_off_with_its_node_waits_for_proof_and_never_runs_twice
     };
     let claims_before = cache_claims().await;
     let cut_at = Instant::now();
-    inject(&["node-partition", LOST_NODE]).await;
+    inject(&[fault, LOST_NODE]).await;
     // A new revision that may run on any node: nothing but the fencing keeps it from starting
     // on local-node while the cut-off Pulumi runs.
     let sha = f
@@ -608,7 +620,7 @@ async fn an_operation_cut_off_with_its_node_waits_for_proof_and_never_runs_twice
             "the Stack names the node, the pod and the way forward: {message}"
         );
         println!(
-            "nodeloss: s{i} waits {:.0}s after the node was cut off: {message}",
+            "{prefix}: s{i} waits {:.0}s after the node was cut off: {message}",
             cut_at.elapsed().as_secs_f64()
         );
     }
