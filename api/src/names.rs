@@ -237,9 +237,6 @@ pub const UPDATE_REASON_CANCELED: &str = "Canceled";
 pub const UPDATE_REASON_FAILED: &str = "Failed";
 /// Update `Failed=True` with an unclassified error.
 pub const UPDATE_REASON_UNKNOWN: &str = "Unknown";
-/// Update `Failed=True`: the operation's pod was lost with its node (evicted from a node that
-/// stopped answering, or deleted and never confirmed stopped); the Stack retries.
-pub const UPDATE_REASON_NODE_LOST: &str = "NodeLost";
 /// Update `Progressing=False`: the workspace does not exist.
 pub const UPDATE_REASON_WORKSPACE_NOT_FOUND: &str = "WorkspaceNotFound";
 /// Update `Progressing=False`: the workspace is not ready.

@@ -83,6 +83,7 @@ pub struct Metrics {
     pub policy_violations: Family<LevelLabels, Counter>,
     /// 1 while this replica reconciles (holds the Lease, or runs without leader election).
     pub leader: Gauge,
+    /// Watch re-lists after the first list, by kind.
     pub watch_restarts: Family<KindLabels, Counter>,
     fleet: Arc<fleet::FleetCollector>,
 }
@@ -314,7 +315,6 @@ impl Metrics {
         Waiting(gauge)
     }
 
-    /// Records one finished ls-remote call.
     /// The counter of one kind's watch re-lists.
     pub fn watch_restarts_of(&self, kind: &str) -> Counter {
         self.watch_restarts
@@ -322,6 +322,7 @@ impl Metrics {
             .clone()
     }
 
+    /// Records one finished ls-remote call.
     pub fn git_ls_remote_done(&self, ok: bool, took: std::time::Duration) {
         let labels = ResultLabels {
             result: if ok { "success" } else { "failure" }.into(),

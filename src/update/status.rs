@@ -264,13 +264,6 @@ pub fn progress(job: Option<&Job>, pods: &[&Pod], now: jiff::Timestamp) -> Progr
     let mut pods: Vec<&Pod> = pods.to_vec();
     pods.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
     let outcomes: Vec<Progress> = pods.iter().map(|p| pod_progress(p, now)).collect();
-    let unfinished =
-        |o: &Progress| matches!(o, Progress::Running { .. } | Progress::Unconfirmed { .. });
-    let busy = pods
-        .iter()
-        .zip(&outcomes)
-        .find(|(p, o)| unfinished(o) && pod_busy(p))
-        .map(|(p, _)| *p);
     // A pod that may still run on an unreachable node holds the operation open, whatever
     // else has ended.
     if let Some(lost) = outcomes
@@ -279,8 +272,15 @@ pub fn progress(job: Option<&Job>, pods: &[&Pod], now: jiff::Timestamp) -> Progr
     {
         return lost.clone();
     }
+    let busy = pods
+        .iter()
+        .zip(&outcomes)
+        .find(|(p, o)| matches!(o, Progress::Running { .. }) && pod_busy(p))
+        .map(|(p, _)| *p);
     let job_outcome = job_failure(job);
-    let first_finished = outcomes.iter().find(|o| !unfinished(o));
+    let first_finished = outcomes
+        .iter()
+        .find(|o| !matches!(o, Progress::Running { .. }));
     let complete = job_complete(job);
     let deadline = deadline_outcome(job, job_outcome.as_ref(), first_finished, complete, now);
     let result_lost = (complete && pods.is_empty()).then(lost_result);
