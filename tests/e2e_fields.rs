@@ -870,3 +870,128 @@ async fn an_up_outside_the_maintenance_window_waits_for_it() {
         "the Update was created at {created}, before the window opened at {opens}"
     );
 }
+
+/// A YAML program with the real kubernetes provider: a ConfigMap in `namespace`.
+fn configmap_program(namespace: &str) -> String {
+    format!(
+        "name: e2e\nruntime: yaml\nresources:\n  proof:\n    type: kubernetes:core/v1:ConfigMap\n    properties:\n      metadata:\n        name: nsgone-proof\n        namespace: {namespace}\n      data:\n        value: deployed\n"
+    )
+}
+
+/// Lets the ServiceAccount `pulumi` of `from` manage objects in `target`.
+fn grant_rights_in(target: &test_support::TestNamespace, from: &str) {
+    target.apply(&format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: pulumi-from-{from}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}\nsubjects: [{{kind: ServiceAccount, name: pulumi, namespace: {from}}}]\n"
+    ));
+}
+
+fn proof_in(target: &test_support::TestNamespace) -> String {
+    target.kubectl(&[
+        "get",
+        "configmaps",
+        "--field-selector",
+        "metadata.name=nsgone-proof",
+        "-o",
+        "jsonpath={.items[*].data.value}",
+    ])
+}
+
+/// Issue 44 §6: a namespace deleted with a deployed `destroyOnFinalize` Stack in it. Kubernetes
+/// admits no pod in a terminating namespace, so the destroy cannot run there: the Stack holds
+/// the namespace and says so with the way forward, and following it destroys the resources
+/// (the same Stack applied, suspended, in another namespace, then deleted there) and lets the
+/// namespace go, with no lock left.
+#[tokio::test]
+async fn a_namespace_deleted_with_a_deployed_stack_says_how_to_destroy_it() {
+    let f = StackFixture::new("nsgone").await;
+    let target = test_support::TestNamespace::new("nsgone-target").await;
+    let elsewhere = test_support::StackNamespace::new("nsgone-elsewhere").await;
+    grant_rights_in(&target, f.ns());
+    grant_rights_in(&target, &elsewhere.ns.name);
+    let sha = f
+        .repo
+        .commit(&[("Pulumi.yaml", &configmap_program(&target.name))], "v1");
+    // One backend for both namespaces: the stack's state lives outside the deleted namespace.
+    let stack = f.stack_yaml(
+        "app",
+        &format!("commit: {sha}"),
+        "  destroyOnFinalize: true\n",
+    );
+    f.sn.ns.apply(&stack);
+    f.wait_stack_for(Duration::from_secs(300), "app", "Ready", ready)
+        .await;
+    assert_eq!(proof_in(&target), "deployed");
+
+    kubectl(&["delete", "namespace", f.ns(), "--wait=false"]);
+    let held = f
+        .wait_stack(
+            "app",
+            "the Stack to say the destroy cannot run in its namespace",
+            |s| {
+                s.status.as_ref().is_some_and(|st| {
+                    st.conditions
+                        .iter()
+                        .flatten()
+                        .any(|c| c.type_ == "Stalled" && c.reason == "NamespaceTerminating")
+                })
+            },
+        )
+        .await;
+    let message = held
+        .status
+        .unwrap()
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Stalled")
+        .map(|c| c.message)
+        .unwrap_or_default();
+    for needle in [
+        "cannot run here",
+        "spec.suspend: true",
+        "finalizers",
+        "ServiceAccount pulumi",
+    ] {
+        assert!(message.contains(needle), "{needle:?} not in: {message}");
+    }
+    assert_eq!(proof_in(&target), "deployed", "nothing destroyed it yet");
+
+    // The way forward, as the message gives it: the Stack suspended in another namespace,
+    // then deleted there.
+    let suspended = stack.replace("spec:\n", "spec:\n  suspend: true\n");
+    elsewhere.ns.apply(&suspended);
+    let there: kube::Api<Stack> =
+        kube::Api::namespaced(elsewhere.ns.client.clone(), &elsewhere.ns.name);
+    wait_until(T, "the suspended Stack to hold its finalizer", || async {
+        there
+            .get_opt("app")
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|s| !s.metadata.finalizers.unwrap_or_default().is_empty())
+    })
+    .await;
+    elsewhere
+        .ns
+        .kubectl(&["delete", "stack", "app", "--wait=false"]);
+    wait_until(Duration::from_secs(300), "the destroy there", || async {
+        there.get_opt("app").await.ok().flatten().is_none()
+    })
+    .await;
+    assert_eq!(proof_in(&target), "", "the ConfigMap survived the destroy");
+    assert_eq!(f.lock_files(), 0, "a lock is left in the backend");
+
+    f.sn.ns.kubectl(&[
+        "patch",
+        "stack",
+        "app",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ]);
+    wait_until(Duration::from_secs(90), "the namespace to go", || async {
+        let (found, _, _) = kubectl_result(&["get", "namespace", f.ns()]);
+        !found
+    })
+    .await;
+}

@@ -1333,11 +1333,7 @@ impl<'a> Pass<'a> {
     async fn rejected(&mut self, update: &str, e: &kube::core::Status) -> Result<Action> {
         self.status.current_update = None;
         if e.message.contains("being terminated") {
-            let message = format!(
-                "the namespace is being deleted, so the operation cannot start: {}; to delete the \
-                 Stack without it: kubectl patch stack {} --type=merge -p '{{\"metadata\":{{\"finalizers\":[]}}}}'",
-                e.message, self.name
-            );
+            let message = status::namespace_terminating_message(self.stack, &e.message);
             warn!(%message, "namespace terminating");
             // No event: an Event cannot be created in a terminating namespace.
             mark_stalled(

@@ -8,8 +8,8 @@ use k8s_openapi::ByteString;
 use kube::ResourceExt;
 use pulumi_operator_api::names;
 use pulumi_operator_api::{
-    StackStatus, StackUpdateState, StackUpdateStateMessage, StateResources, Update, UpdateStatus,
-    UpdateType,
+    Stack, StackStatus, StackUpdateState, StackUpdateStateMessage, StateResources, Update,
+    UpdateStatus, UpdateType,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -190,6 +190,42 @@ pub fn mark_stalled(
 /// Whether the conditions already tell a settled state (`Ready=True` or `Stalled=True`), which
 /// a background read of the branch head should not replace with `Reconciling`: a periodic
 /// re-read must not flap a Ready Stack, nor each retry of a failing remote a Stalled one.
+/// What a Stack says when its namespace is being deleted (the API server refused its
+/// operation's objects). Kubernetes admits no new pod in a terminating namespace, so a destroy
+/// it owes cannot run there: the message gives the way to run it elsewhere, and the way to let
+/// the namespace go.
+pub fn namespace_terminating_message(stack: &Stack, refusal: &str) -> String {
+    let name = stack.name_any();
+    let ns = stack.namespace().unwrap_or_default();
+    let release = format!(
+        "kubectl -n {ns} patch stack {name} --type=merge -p '{{\"metadata\":{{\"finalizers\":null}}}}'"
+    );
+    let owes_destroy = stack.metadata.deletion_timestamp.is_some()
+        && stack.spec.destroy_on_finalize
+        && !stack.spec.preview;
+    if !owes_destroy {
+        return format!(
+            "namespace {ns} is being deleted, so no operation can start in it ({refusal}); if the \
+             Stack holds the namespace, let it go: {release}"
+        );
+    }
+    let account = stack
+        .spec
+        .service_account_name
+        .as_deref()
+        .unwrap_or("default");
+    format!(
+        "namespace {ns} is being deleted and Kubernetes starts no pod in it ({refusal}), so the \
+         destroy this Stack owes (destroyOnFinalize) cannot run here: stack {stack} still has its \
+         resources, recorded in its backend. To destroy them, apply this Stack unchanged in \
+         another namespace that has what it uses (ServiceAccount {account} with the same rights, \
+         and the Secrets and ConfigMaps it names), with spec.suspend: true, then delete it there: \
+         the operator runs the destroy there. Then let this Stack go: {release} (that alone \
+         keeps the resources and forgets them)",
+        stack = stack.spec.stack,
+    )
+}
+
 pub fn settled(status: &StackStatus) -> bool {
     status.conditions.iter().flatten().any(|c| {
         (c.type_ == names::CONDITION_READY || c.type_ == names::CONDITION_STALLED)
