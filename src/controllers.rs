@@ -177,6 +177,7 @@ struct Watches {
     statefulsets: SharedWatch<StatefulSet>,
     claims: SharedWatch<PersistentVolumeClaim>,
     pods_by_update: Arc<index::Index<CachedPod>>,
+    pods_by_stack: Arc<index::Index<CachedPod>>,
     updates_by_stack: Arc<index::Index<Update>>,
     updates_by_workspace: Arc<index::Index<Update>>,
 }
@@ -195,6 +196,7 @@ impl Watches {
             ))
         };
         let pods_by_update = index::Index::new(index::label::<CachedPod, { index::UPDATE_NAME }>);
+        let pods_by_stack = index::Index::new(index::label::<CachedPod, { index::STACK_NAME }>);
         let updates_by_stack = index::Index::new(index::label::<Update, { index::STACK_NAME }>);
         let updates_by_workspace = index::Index::new(|u: &Update| u.spec.workspace_name.as_deref());
         let update_indexes = vec![updates_by_stack.clone(), updates_by_workspace.clone()];
@@ -204,10 +206,15 @@ impl Watches {
             programs: SharedWatch::new(api(client, ns), wc(), vec![]),
             workspaces: SharedWatch::new(api(client, ns), wc(), vec![]),
             jobs: SharedWatch::new(api(client, ns), ours(), vec![]),
-            pods: SharedWatch::new(api(client, ns), ours(), vec![pods_by_update.clone()]),
+            pods: SharedWatch::new(
+                api(client, ns),
+                ours(),
+                vec![pods_by_update.clone(), pods_by_stack.clone()],
+            ),
             statefulsets: SharedWatch::new(api(client, ns), workspace_parts(), vec![]),
             claims: SharedWatch::new(api(client, ns), workspace_parts(), vec![]),
             pods_by_update,
+            pods_by_stack,
             updates_by_stack,
             updates_by_workspace,
         }
@@ -224,6 +231,7 @@ impl Watches {
             jobs: self.jobs.store(),
             pods: self.pods.store(),
             pods_by_update: self.pods_by_update.clone(),
+            pods_by_stack: self.pods_by_stack.clone(),
             updates_by_stack: self.updates_by_stack.clone(),
         }
     }
@@ -752,6 +760,7 @@ mod tests {
                 jobs: reflector::store().0,
                 pods: reflector::store().0,
                 pods_by_update: index::Index::new(|_| None),
+                pods_by_stack: index::Index::new(|_| None),
                 updates_by_stack: index::Index::new(|_| None),
                 policies: reflector::store().0,
                 namespaces: reflector::store().0,

@@ -81,6 +81,8 @@ async fn chaos_kills_and_deletions_never_duplicate_or_lose_an_operation() {
     let started = Instant::now();
     let f = StackFixture::new("chaos").await;
     let ns = f.ns().to_string();
+    // Every Pulumi process per stack, from the host: no two at once, whatever is killed.
+    let pulumis = test_support::processes::ProcessObserver::start();
     let obs = Arc::new(Mutex::new(Observations::default()));
     let stop_watch = Arc::new(AtomicBool::new(false));
     let stop_retained = Arc::new(AtomicBool::new(false));
@@ -262,4 +264,9 @@ async fn chaos_kills_and_deletions_never_duplicate_or_lose_an_operation() {
         "retained workspaces or cache claims were deleted while their Stacks lived: {retained_deleted:?}"
     );
     assert_eq!(locks, 0, "no stack is left locked");
+    assert_eq!(
+        pulumis.overlaps(),
+        Vec::<String>::new(),
+        "two Pulumi processes of one stack ran at once"
+    );
 }

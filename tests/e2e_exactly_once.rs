@@ -460,6 +460,7 @@ async fn a_lock_left_by_a_killed_pulumi_is_cleared_by_the_next_operation() {
 #[tokio::test]
 async fn a_job_deleted_mid_operation_fails_its_update_and_the_stack_runs_again() {
     let f = StackFixture::new("eo-job").await;
+    let pulumis = test_support::processes::ProcessObserver::start();
     let sha = f
         .repo
         .commit(&[("Pulumi.yaml", &sleeping_program(20))], "slow");
@@ -494,4 +495,10 @@ async fn a_job_deleted_mid_operation_fails_its_update_and_the_stack_runs_again()
         "the deleted Job's Update says why it ended: {message:?}"
     );
     assert_eq!(f.lock_files(), 0, "no lock left");
+    // The pod of the deleted Job ran on until its Pulumi stopped: the next operation waited.
+    assert_eq!(
+        pulumis.overlaps(),
+        Vec::<String>::new(),
+        "the next operation ran beside the deleted Job's Pulumi"
+    );
 }

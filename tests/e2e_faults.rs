@@ -335,6 +335,8 @@ async fn faults_below_the_operator_lose_nothing() {
     let started = Instant::now();
     let f = StackFixture::new("faults").await;
     let ns = f.ns().to_string();
+    // Observed from the host, not through the API server being faulted.
+    let pulumis = ProcessObserver::start();
     let operators_before = operator_pods();
     let obs = Arc::new(Mutex::new(Observations::default()));
     let stop_watch = Arc::new(AtomicBool::new(false));
@@ -437,6 +439,11 @@ async fn faults_below_the_operator_lose_nothing() {
     striker.await.ok();
     stop_watch.store(true, Ordering::Relaxed);
     assert_invariants(&obs, &f);
+    assert_eq!(
+        pulumis.overlaps(),
+        Vec::<String>::new(),
+        "two Pulumi processes of one stack ran at once"
+    );
     assert_eq!(
         operator_pods(),
         operators_before,
@@ -750,4 +757,126 @@ async fn a_full_state_disk_fails_the_update_readably_and_the_next_one_succeeds()
     );
     assert_eq!(f.lock_files(), 0, "no stack is left locked");
     kubectl(&["-n", f.ns(), "delete", "stack", "s0"]);
+}
+
+/// The name of the Update Stack `s{i}` has in flight.
+fn update_in_flight(ns: &str, i: usize) -> String {
+    kubectl(&[
+        "-n",
+        ns,
+        "get",
+        "stack",
+        &format!("s{i}"),
+        "-o",
+        "jsonpath={.status.currentUpdate.name}",
+    ])
+    .trim()
+    .to_string()
+}
+
+/// Issue 44 §4: objects deleted while the operator's watches are away. The operator is frozen
+/// while one Stack's Update is removed by force (its finalizer stripped) and another's Job is
+/// deleted, then etcd is compacted past them and the API server restarted, so the watches
+/// resume from a compacted revision: 410 Gone, a re-list that no longer has them. Neither
+/// Stack waits forever for an object that is gone, and neither starts its next operation
+/// before the pod of the deleted one has stopped (observed from the host).
+#[tokio::test]
+async fn objects_deleted_while_the_watches_are_away_are_seen_as_deleted() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let f = StackFixture::new("relistgap").await;
+    let ns = f.ns().to_string();
+    let pulumis = ProcessObserver::start();
+    // Two Stacks on Jobs (kind 0), each in an operation that runs for 90 s: a deleted pod's
+    // Pulumi finishes the step in flight, so it outlives its Update or Job by about a minute.
+    let stacks = [0, 3];
+    let sha = f.repo.commit(&[("Pulumi.yaml", &git_program(1, 90))], "v1");
+    for i in stacks {
+        f.sn.ns.apply(&stack_object(&f, i, &sha));
+    }
+    wait_until(
+        Duration::from_secs(240),
+        "both stacks' Pulumi running",
+        || async {
+            stacks
+                .iter()
+                .all(|i| pulumis.alive(&format!("chaos-{i}")).len() == 1)
+        },
+    )
+    .await;
+    let started = Instant::now();
+    let (forced, job_gone) = (update_in_flight(&ns, 0), update_in_flight(&ns, 3));
+    assert!(!forced.is_empty() && !job_gone.is_empty());
+    let relists_before = watch_restarts();
+    let frozen = test_support::FrozenOperator::freeze();
+    kubectl(&[
+        "-n",
+        &ns,
+        "patch",
+        "update",
+        &forced,
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ]);
+    kubectl(&["-n", &ns, "delete", "update", &forced, "--wait=false"]);
+    let job_label = format!("auto.pulumi.com/update-name={job_gone}");
+    kubectl(&[
+        "-n",
+        &ns,
+        "delete",
+        "jobs",
+        "-l",
+        &job_label,
+        "--wait=false",
+    ]);
+    wait_until(Duration::from_secs(60), "both objects gone", || async {
+        let (update_found, _, _) = kubectl_result(&["-n", &ns, "get", "update", &forced]);
+        let jobs = kubectl(&["-n", &ns, "get", "jobs", "-l", &job_label, "-o", "name"]);
+        !update_found && jobs.trim().is_empty()
+    })
+    .await;
+    // A new revision meanwhile, which the operator sees only after its re-list.
+    let sha = f.repo.commit(&[("Pulumi.yaml", &git_program(2, 1))], "v2");
+    for i in stacks {
+        f.sn.ns.apply(&stack_object(&f, i, &sha));
+    }
+    inject(&["etcd-compact"]).await;
+    drop(frozen);
+    println!(
+        "the operator thawed at {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    wait_until(
+        Duration::from_secs(120),
+        "the operator to re-list",
+        || async { watch_restarts() > relists_before },
+    )
+    .await;
+    for i in stacks {
+        f.wait_stack_for(
+            Duration::from_secs(300),
+            &format!("s{i}"),
+            "Ready after an operation that started once the deleted one's pod stopped",
+            |s| stack_ready(s) && output_value(s) == "round-2",
+        )
+        .await;
+        let seen = pulumis.seen(&format!("chaos-{i}"));
+        for p in &seen {
+            println!(
+                "chaos-{i}: pulumi {} (pid {}) from {:.1}s to {:.1}s",
+                p.operation,
+                p.pid,
+                p.first.saturating_duration_since(started).as_secs_f64(),
+                p.last.saturating_duration_since(started).as_secs_f64()
+            );
+        }
+        assert!(seen.len() >= 2, "chaos-{i}: the next operation ran");
+    }
+    assert_eq!(
+        pulumis.overlaps(),
+        Vec::<String>::new(),
+        "an operation started beside the pod of the deleted one"
+    );
+    assert_eq!(f.lock_files(), 0, "no stack is left locked");
+    assert_no_update_stranded(&ns);
 }

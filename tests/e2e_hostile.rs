@@ -445,6 +445,8 @@ spec:
         format!("  outputs:\n    big: \"{}\"\n", "p".repeat(200 * 1024)),
         "  resources: {}\n  variables: {a: ${a}}\n".to_string(),
         "  packages: {evil: \"https://127.0.0.1:1/plugin.tgz\"}\n".to_string(),
+        // Renders past what the operation's ConfigMap can hold (1 MiB).
+        format!("  outputs:\n    big: \"{}\"\n", "p".repeat(1100 * 1024)),
     ]
     .iter()
     .enumerate()
@@ -539,6 +541,14 @@ spec:
         },
     )
     .await;
+
+    // The program too large for an operation is refused before any operation, saying why.
+    let big = kubectl(&["-n", &ns, "get", "stack", "progstack-4", "-o", "json"]);
+    assert!(
+        big.contains("\"SpecInvalid\"") && big.contains("more than the 1000000"),
+        "{}",
+        &big[..big.len().min(3000)]
+    );
 
     // No hot loop: over a quiet minute, reconciles stay bounded. Stacks whose operations fail
     // are retried with backoff (10 s, 30 s, 90 s, ...), so an operation may still start and

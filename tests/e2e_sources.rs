@@ -9,7 +9,10 @@
 //! - a GitHub App, its installation token obtained from a loopback stand-in of GitHub's API
 //!   (which verifies the JWT's signature) through the `pulumi.com/github-api-url` annotation;
 //! - many Stacks (50; E2E_POLL_STACKS sets it) tracking one branch cause one ls-remote per interval, counted by the git
-//!   server and by the operator's `pulumi_operator_git_ls_remote_total`.
+//!   server and by the operator's `pulumi_operator_git_ls_remote_total`;
+//! - repositories at internal hosts (the metadata address, `localhost`, loopback spelled in
+//!   octal) are refused without being contacted (`NotAllowed`), while the tests' git server
+//!   address, which the test install allows (`GIT_ALLOWED_INTERNAL_HOSTS`), works.
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -702,4 +705,87 @@ async fn many_stacks_tracking_one_branch_share_one_ls_remote_per_interval() {
         counted < n as u64,
         "metric {counted}: looks like one call per Stack"
     );
+}
+
+/// A password in a refused repository URL: it must not reach the Stack's status or Events.
+const SSRF_PASSWORD: &str = "pw-ssrf-2718281828";
+
+#[tokio::test]
+async fn repositories_at_internal_hosts_are_refused_without_being_contacted() {
+    let f = Fixture::new("ssrf").await;
+    let server = LoggedGitServer::start(&f.root, &[]);
+    let port = server
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    // (Stack, URL, the host the message names, why it is refused). `localhost` has a git
+    // server listening behind it: the test install allows the address 127.0.0.1, not the name.
+    let cases = [
+        (
+            "metadata",
+            "http://169.254.169.254/latest/x.git".to_string(),
+            "\"169.254.169.254\"",
+            "link-local",
+        ),
+        (
+            "localhost",
+            format!("http://tenant:{SSRF_PASSWORD}@localhost:{port}/app.git"),
+            "\"localhost\"",
+            "loopback name",
+        ),
+        (
+            "octal",
+            "git@0177.0.0.2:org/app.git".to_string(),
+            "\"127.0.0.2\"",
+            "loopback address",
+        ),
+    ];
+    let docs: Vec<String> = cases
+        .iter()
+        .map(|(name, url, _, _)| f.stack_yaml(name, name, url, "branch: main", ""))
+        .collect();
+    f.sn.ns.apply(&docs.join("---\n"));
+    for (name, _, host, why) in &cases {
+        let message = f.wait_stalled(name, "NotAllowed", host).await;
+        assert!(message.contains(why), "{name}: {message}");
+        assert!(
+            message.contains("GIT_ALLOWED_INTERNAL_HOSTS"),
+            "{name}: {message}"
+        );
+        assert!(!message.contains(SSRF_PASSWORD), "{name}: {message}");
+        let events = wait_for(T, &format!("{name}: a NotAllowed Event"), || async {
+            let events = events_for(f.ns(), name);
+            (events.contains("\"NotAllowed\"") && events.contains("is refused")).then_some(events)
+        })
+        .await;
+        assert!(
+            !events.contains(SSRF_PASSWORD),
+            "{name}: the password is in an Event"
+        );
+    }
+    // Nothing reached the git server behind `localhost`, and the operator says why in its log.
+    assert!(
+        server.requests().is_empty(),
+        "the refused repository was contacted: {:?}",
+        server.requests()
+    );
+    let logs = operator_logs();
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("repository not allowed") && l.contains("localhost")),
+        "no log line for the refused repository"
+    );
+    assert!(
+        !logs.contains(SSRF_PASSWORD),
+        "the password is in the operator's log"
+    );
+    // The same repository at the address the test install allows is read and deployed: the
+    // refusal above is the host's, not the server's.
+    let url = format!("{}/app.git", server.url);
+    f.sn.ns
+        .apply(&f.stack_yaml("allowed", "allowed", &url, "branch: main", ""));
+    f.wait_ready("allowed").await;
+    assert!(server.advertisements("app.git", "200") >= 1);
 }

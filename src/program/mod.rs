@@ -5,7 +5,7 @@
 pub mod project;
 pub mod reconcile;
 
-pub use project::{digest, render_project};
+pub use project::{digest, render_project, too_large};
 
 /// Program sources are referenced from the Workspace with this URL scheme.
 pub const PROGRAM_SCHEME: &str = "program://";

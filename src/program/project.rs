@@ -27,6 +27,24 @@ pub fn render_project(name: &str, program: Option<&ProgramDefinition>) -> Result
     Ok(serde_norway::to_string(&file)?)
 }
 
+/// The largest rendered program an operation can carry: it reaches the Job as a ConfigMap,
+/// whose data the API server caps at 1 MiB (1,048,576 bytes); the rest is headroom for the
+/// key and the object's other fields.
+pub const MAX_RENDERED_PROGRAM_BYTES: usize = 1_000_000;
+
+/// Why a rendered program cannot run, if it is too large for its ConfigMap.
+pub fn too_large(name: &str, rendered: &str) -> Option<String> {
+    (rendered.len() > MAX_RENDERED_PROGRAM_BYTES).then(|| {
+        format!(
+            "program {name:?} renders to {} bytes of Pulumi.yaml, more than the {} an operation \
+             can carry (a ConfigMap holds at most 1 MiB); move large values out of the Program \
+             (a file in a git repository, or a config value from a Secret or ConfigMap)",
+            rendered.len(),
+            MAX_RENDERED_PROGRAM_BYTES
+        )
+    })
+}
+
 pub fn digest(content: &str) -> String {
     let hash = Sha256::digest(content.as_bytes());
     let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
@@ -63,6 +81,19 @@ pub fn status_current(status: Option<&ProgramStatus>, generation: i64, digest: &
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_program_too_large_for_its_config_map_says_so() {
+        let big = program(&format!(
+            "resources:\n  r:\n    type: standin:index:Record\n    properties: {{value: {}}}\n",
+            "x".repeat(MAX_RENDERED_PROGRAM_BYTES)
+        ));
+        let text = render_project("big", Some(&big)).unwrap();
+        let message = too_large("big", &text).expect("too large");
+        assert!(message.contains("more than the 1000000"), "{message}");
+        let small = render_project("small", None).unwrap();
+        assert_eq!(too_large("small", &small), None);
+    }
+
     use super::*;
 
     fn program(yaml: &str) -> ProgramDefinition {

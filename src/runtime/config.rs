@@ -148,6 +148,18 @@ pub struct Config {
     /// Allow plain-http GitHub API URLs.
     #[arg(long, env = "ALLOW_INSECURE_GITHUB_API", default_value_t = false)]
     pub allow_insecure_github_api: bool,
+
+    /// Internal hosts the operator may contact for a Stack's repository (`branch` ls-remote)
+    /// although they are loopback, link-local, unspecified or cluster-internal: `host`,
+    /// `host:port`, an address or `ADDRESS/BITS`, comma separated. Empty: all refused.
+    #[arg(
+        long,
+        env = "GIT_ALLOWED_INTERNAL_HOSTS",
+        value_delimiter = ',',
+        default_value = "",
+        value_parser = crate::runtime::remote_hosts::entry
+    )]
+    pub git_allowed_internal_hosts: Vec<String>,
 }
 
 pub const DEFAULT_RUNNER_IMAGE: &str = concat!(
@@ -184,6 +196,11 @@ impl Config {
             denied_pod_fields: listed(&self.denied_pod_fields),
             github_api_hosts,
             allow_insecure_github_api: self.allow_insecure_github_api,
+            // Each value was checked when the flags were parsed.
+            git_allowed_internal_hosts: crate::runtime::remote_hosts::AllowList::parse(
+                &self.git_allowed_internal_hosts,
+            )
+            .unwrap_or_default(),
         }
     }
 
@@ -254,5 +271,28 @@ mod tests {
         assert_eq!(c.watched_namespaces(), vec!["a", "b", "c"]);
         assert_eq!(c.log_format, LogFormat::Json);
         assert!(Config::try_parse_from(["op", "--log-format", "xml"]).is_err());
+    }
+
+    #[test]
+    fn internal_git_hosts_are_refused_unless_listed() {
+        use crate::runtime::remote_hosts::check_url;
+        let c = Config::try_parse_from(["op"]).unwrap();
+        let refused = c.policy().git_allowed_internal_hosts;
+        assert!(check_url("http://127.0.0.1:8080/x.git", &refused).is_err());
+        let c = Config::try_parse_from([
+            "op",
+            "--git-allowed-internal-hosts",
+            "127.0.0.1, gitea.gitea.svc:3000,10.0.0.0/8",
+        ])
+        .unwrap();
+        let allowed = c.policy().git_allowed_internal_hosts;
+        assert!(check_url("http://127.0.0.1:8080/x.git", &allowed).is_ok());
+        assert!(check_url("http://gitea.gitea.svc:3000/x.git", &allowed).is_ok());
+        assert!(check_url("http://localhost:8080/x.git", &allowed).is_err());
+        // A mistyped entry stops the operator at start-up.
+        let e = Config::try_parse_from(["op", "--git-allowed-internal-hosts", "10.0.0.0/33"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("GIT_ALLOWED_INTERNAL_HOSTS"), "{e}");
     }
 }

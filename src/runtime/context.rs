@@ -26,6 +26,8 @@ pub struct Stores {
     pub pods: Store<CachedPod>,
     /// Update pods by the Update's name label.
     pub pods_by_update: Arc<crate::runtime::index::Index<CachedPod>>,
+    /// Update pods by their Stack's name label.
+    pub pods_by_stack: Arc<crate::runtime::index::Index<CachedPod>>,
     /// Updates by their Stack's name label.
     pub updates_by_stack: Arc<crate::runtime::index::Index<Update>>,
     /// The administrator's StackPolicies (cluster-scoped: one watch for every namespace).
@@ -38,6 +40,11 @@ impl Stores {
     /// The cached pods of an Update (by its name label).
     pub fn pods_of_update(&self, ns: &str, update: &str) -> Vec<Arc<CachedPod>> {
         self.pods_by_update.lookup(&self.pods, ns, update)
+    }
+
+    /// The cached update pods of a Stack (by its name label), whichever Update they ran.
+    pub fn pods_of_stack(&self, ns: &str, stack: &str) -> Vec<Arc<CachedPod>> {
+        self.pods_by_stack.lookup(&self.pods, ns, stack)
     }
 
     /// The cached Updates a Stack owns (by its name label, then its UID).
@@ -289,6 +296,7 @@ mod tests {
                 jobs: reflector::store().0,
                 pods: reflector::store().0,
                 pods_by_update: index::Index::new(|_| None),
+                pods_by_stack: index::Index::new(|_| None),
                 updates_by_stack: index::Index::new(|_| None),
                 policies: reflector::store().0,
                 namespaces: reflector::store().0,

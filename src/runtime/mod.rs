@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod owners;
 pub mod policy;
 pub mod recently_seen;
+pub mod remote_hosts;
 pub mod startup;
 pub mod turns;
 pub mod warnings;

@@ -1,6 +1,7 @@
 //! What the operator's administrator allows a tenant to ask for by creating a Stack (or a
 //! Workspace/Update): which namespaces and ServiceAccounts operations may run as, which pod
-//! fields they may set, and which GitHub API hosts the operator may call for them. Pure
+//! fields they may set, which GitHub API hosts the operator may call for them, and which
+//! internal git hosts it may contact for them ([`crate::runtime::remote_hosts`]). Pure
 //! checks, applied where the objects are built (every Job and workspace pod) and early, on the
 //! Stack, for a clear status.
 
@@ -23,6 +24,9 @@ pub struct Policy {
     pub github_api_hosts: Vec<String>,
     /// Whether a GitHub API URL may be plain `http://`.
     pub allow_insecure_github_api: bool,
+    /// Internal hosts the operator may contact for a Stack's repository anyway
+    /// ([`crate::runtime::remote_hosts`]).
+    pub git_allowed_internal_hosts: crate::runtime::remote_hosts::AllowList,
 }
 
 /// The ServiceAccount a pod spec runs as (the deprecated `serviceAccount` alias included).

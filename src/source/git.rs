@@ -4,11 +4,15 @@
 //! bounded pool of [`super::pool`], never on a reconcile worker, within the call's deadline
 //! ([`Cancel`]): the HTTP transport's timeouts are set from it so a hung server ends the call by
 //! itself, and the call stops between steps once cancelled; SSH gets `ConnectTimeout` and
-//! keep-alive options from the same deadline (`Session::bound_ssh`).
+//! keep-alive options from the same deadline (`Session::bound_ssh`). A tenant's repository goes
+//! through [`tenant_ls_remote`], which does not contact internal hosts
+//! ([`crate::runtime::remote_hosts`]).
 
 use super::pool::Cancel;
+use crate::runtime::remote_hosts::{self, AllowList};
 use crate::source::RemoteError;
 use pulumi_gitauth::{AuthFlags, Credentials, Session, Transport};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -61,6 +65,7 @@ fn ls_remote_blocking(
 fn http_options(
     repo: &gix::Repository,
     url: &str,
+    allowed: Option<&AllowList>,
     cancel: &Cancel,
 ) -> Result<Box<dyn std::any::Any>, RemoteError> {
     use gix_transport::client::blocking_io::http;
@@ -72,9 +77,14 @@ fn http_options(
     let total = cancel.remaining();
     let connect = total.min(CONNECT_TIMEOUT);
     options.connect_timeout = Some(connect);
+    let resolver = allowed.map(|allowed| CheckedResolver::new(url, allowed));
     let backend = http::reqwest::Options {
         configure_client: Some(Box::new(move |builder| {
-            Ok(builder.connect_timeout(connect).timeout(total))
+            let builder = builder.connect_timeout(connect).timeout(total);
+            Ok(match resolver.clone() {
+                Some(r) => builder.dns_resolver(Arc::new(r)),
+                None => builder,
+            })
         })),
         configure_request: None,
     };
@@ -88,15 +98,25 @@ fn http_options(
 fn git_daemon(
     url: &gix::Url,
     version: gix_transport::Protocol,
+    allowed: Option<&AllowList>,
     cancel: &Cancel,
 ) -> Result<Box<dyn gix_transport::client::blocking_io::Transport + Send>, RemoteError> {
     use std::net::{TcpStream, ToSocketAddrs};
     let host = url.host().ok_or("the URL has no host")?;
     let port = url.port;
-    let addr = (host, port.unwrap_or(9418))
+    let addrs: Vec<SocketAddr> = (host, port.unwrap_or(9418))
         .to_socket_addrs()
         .map_err(|e| format!("cannot resolve {host}: {e}"))?
-        .next()
+        .collect();
+    if let Some(allowed) = allowed {
+        // The addresses connected to are the ones checked (a name may answer differently
+        // each time it is asked).
+        let ips: Vec<IpAddr> = addrs.iter().map(SocketAddr::ip).collect();
+        remote_hosts::check_addresses(host, port.unwrap_or(9418), &ips, allowed)
+            .map_err(RemoteError::not_allowed)?;
+    }
+    let addr = *addrs
+        .first()
         .ok_or_else(|| format!("{host} has no address"))?;
     let read = TcpStream::connect_timeout(&addr, cancel.remaining().min(CONNECT_TIMEOUT))
         .map_err(|e| format!("cannot connect to {host}: {e}"))?;
@@ -120,11 +140,114 @@ fn git_daemon(
 }
 
 /// The commit `reference` (short `main`, `refs/heads/main`, or a tag name) points at on `url`,
-/// by the deadline of `cancel`. Errors are clear and never contain a credential.
+/// by the deadline of `cancel`. Errors are clear and never contain a credential. Any host:
+/// for the administrator's repositories (policy packs) and tests.
 pub fn ls_remote(
     url: &str,
     reference: &str,
     credentials: &Credentials,
+    cancel: &Cancel,
+) -> Result<String, RemoteError> {
+    ls_remote_within(url, reference, credentials, None, cancel)
+}
+
+/// [`ls_remote`] of a tenant's repository: refused before anything is sent to it when its host
+/// is internal to the operator's network and `allowed` does not list it; a name's addresses are
+/// checked once resolved. Then the git daemon transport connects only to addresses it checked,
+/// and the HTTP client checks every name it resolves (a redirect's too) again, so a name that
+/// changes its answer meanwhile (DNS rebinding) gains nothing; `ssh` resolves by itself, after
+/// the check here.
+pub fn tenant_ls_remote(
+    url: &str,
+    reference: &str,
+    credentials: &Credentials,
+    allowed: &AllowList,
+    cancel: &Cancel,
+) -> Result<String, RemoteError> {
+    let names = remote_hosts::check_url(url, allowed).map_err(RemoteError::not_allowed)?;
+    for (name, port) in names {
+        let addrs = lookup(&name, port)?;
+        remote_hosts::check_addresses(&name, port, &addrs, allowed)
+            .map_err(RemoteError::not_allowed)?;
+    }
+    ls_remote_within(url, reference, credentials, Some(allowed), cancel)
+}
+
+/// The addresses of `name` (blocking: this runs on the pool's thread, within its deadline). A
+/// name that cannot be resolved is not contacted: its addresses could not be checked.
+fn lookup(name: &str, port: u16) -> Result<Vec<IpAddr>, RemoteError> {
+    use std::net::ToSocketAddrs;
+    let addrs: Vec<IpAddr> = (name, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve repository host {name:?}: {e}"))?
+        .map(|a| a.ip())
+        .collect();
+    if addrs.is_empty() {
+        return Err(format!("repository host {name:?} has no address").into());
+    }
+    Ok(addrs)
+}
+
+/// reqwest's name resolution for a tenant's repository: every name the client connects to (the
+/// repository's, or one a redirect leads to) is looked up and checked as [`tenant_ls_remote`]
+/// checks the first.
+#[derive(Clone)]
+struct CheckedResolver {
+    allowed: AllowList,
+    /// The repository's port (an allow-list entry may name one).
+    port: u16,
+}
+
+impl CheckedResolver {
+    fn new(url: &str, allowed: &AllowList) -> CheckedResolver {
+        let port = remote_hosts::remotes_of(url)
+            .first()
+            .map_or(443, |r| r.port);
+        CheckedResolver {
+            allowed: allowed.clone(),
+            port,
+        }
+    }
+}
+
+impl reqwest::dns::Resolve for CheckedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let (allowed, port, name) = (self.allowed.clone(), self.port, name.as_str().to_string());
+        Box::pin(async move {
+            // A refused name (`localhost`, `*.svc`) is not even looked up.
+            remote_hosts::check_addresses(&name, port, &[], &allowed)?;
+            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), port))
+                .await?
+                .collect();
+            let ips: Vec<IpAddr> = addrs.iter().map(SocketAddr::ip).collect();
+            remote_hosts::check_addresses(&name, port, &ips, &allowed)?;
+            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// The oid `reference` names among `refs`: itself, else a branch, else a tag.
+fn find_reference(refs: &[gix::protocol::handshake::Ref], reference: &str) -> Option<String> {
+    let candidates = [
+        reference.to_string(),
+        format!("refs/heads/{reference}"),
+        format!("refs/tags/{reference}"),
+    ];
+    candidates.iter().find_map(|wanted| {
+        refs.iter().find_map(|r| {
+            let (name, target, peeled) = r.unpack();
+            (name == wanted.as_str())
+                .then(|| peeled.or(target).map(|oid| oid.to_string()))
+                .flatten()
+        })
+    })
+}
+
+fn ls_remote_within(
+    url: &str,
+    reference: &str,
+    credentials: &Credentials,
+    allowed: Option<&AllowList>,
     cancel: &Cancel,
 ) -> Result<String, RemoteError> {
     // A GitHub App token exchange happens here: bounded by the same deadline.
@@ -162,7 +285,7 @@ pub fn ls_remote(
         .sanitized_url_and_version(gix::remote::Direction::Fetch)
         .map_err(|e| failed(&e))?;
     let mut connection = if sanitized.scheme == gix::url::Scheme::Git {
-        let transport = git_daemon(&sanitized, version, cancel)
+        let transport = git_daemon(&sanitized, version, allowed, cancel)
             .map_err(|e| format!("ls-remote {shown}: {e}"))?;
         remote.to_connection_with_transport(transport)
     } else {
@@ -172,7 +295,7 @@ pub fn ls_remote(
     };
     connection.set_credentials(session.credentials_fn(&flags));
     if pulumi_gitauth::transport(url) == Transport::Http {
-        let options = http_options(&repo, url, cancel).map_err(|e| session.redact(&e))?;
+        let options = http_options(&repo, url, allowed, cancel).map_err(|e| session.redact(&e))?;
         connection.set_transport_options(options);
     }
     let (map, _) = connection
@@ -184,22 +307,8 @@ pub fn ls_remote(
                 failed(&e)
             }
         })?;
-    let candidates = [
-        reference.to_string(),
-        format!("refs/heads/{reference}"),
-        format!("refs/tags/{reference}"),
-    ];
-    for wanted in &candidates {
-        for r in &map.remote_refs {
-            let (name, target, peeled) = r.unpack();
-            if name == wanted.as_str() {
-                if let Some(oid) = peeled.or(target) {
-                    return Ok(oid.to_string());
-                }
-            }
-        }
-    }
-    Err(format!("no commits found for ref {reference:?} in {shown}").into())
+    find_reference(&map.remote_refs, reference)
+        .ok_or_else(|| format!("no commits found for ref {reference:?} in {shown}").into())
 }
 
 #[cfg(test)]
@@ -341,6 +450,88 @@ mod tests {
         let with_creds = url.replace("http://", "http://alice:url-pw-777@");
         let e = ls_remote_blocking(&with_creds, "nope", &Credentials::None).unwrap_err();
         assert!(!e.contains("url-pw-777"), "{e}");
+    }
+
+    #[test]
+    fn a_tenants_internal_repository_is_refused_before_it_is_contacted() {
+        let root = Scratch::new("tenant");
+        let (_repo, sha) = repo_with_a_commit(root.path());
+        let server = test_support::LoggedGitServer::start(root.path(), &[]);
+        let cancel = || Cancel::new(std::time::Instant::now() + TIMEOUT);
+        let port = server
+            .url
+            .rsplit(':')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let none = AllowList::default();
+        for url in [
+            format!("{}/app.git", server.url),
+            format!("http://0x7f.1:{port}/app.git"),
+            format!("http://[::ffff:127.0.0.1]:{port}/app.git"),
+            format!("http://u:url-pw-777@localhost:{port}/app.git"),
+        ] {
+            let e =
+                tenant_ls_remote(&url, "main", &Credentials::None, &none, &cancel()).unwrap_err();
+            assert!(e.not_allowed, "{url}: {e}");
+            assert!(e.contains(remote_hosts::SETTING), "{url}: {e}");
+            assert!(!e.contains("url-pw-777"), "{e}");
+        }
+        assert!(server.requests().is_empty(), "{:?}", server.requests());
+        // Listed by the administrator: contacted as before.
+        let loopback = AllowList::parse(&["127.0.0.1"]).unwrap();
+        let url = format!("{}/app.git", server.url);
+        assert_eq!(
+            tenant_ls_remote(&url, "main", &Credentials::None, &loopback, &cancel()).unwrap(),
+            sha
+        );
+        let by_name = AllowList::parse(&["localhost"]).unwrap();
+        let url = format!("http://localhost:{port}/app.git");
+        assert_eq!(
+            tenant_ls_remote(&url, "main", &Credentials::None, &by_name, &cancel()).unwrap(),
+            sha
+        );
+        // An address is not a name: `localhost` stays refused with 127.0.0.1 allowed.
+        let e =
+            tenant_ls_remote(&url, "main", &Credentials::None, &loopback, &cancel()).unwrap_err();
+        assert!(e.not_allowed && e.contains("loopback name"), "{e}");
+        // Past the first check, the HTTP client checks the names it resolves itself (a name
+        // that answers differently the second time, a redirect).
+        let before = server.requests().len();
+        let e =
+            ls_remote_within(&url, "main", &Credentials::None, Some(&none), &cancel()).unwrap_err();
+        assert!(e.contains("is refused"), "{e}");
+        assert_eq!(server.requests().len(), before);
+    }
+
+    #[test]
+    fn names_are_checked_by_the_addresses_they_resolve_to() {
+        // What a name pointing at loopback resolves to is refused; the lookup is real.
+        let addrs = lookup("localhost", 80).unwrap();
+        let none = AllowList::default();
+        let e = remote_hosts::check_addresses("git.example.test", 80, &addrs, &none).unwrap_err();
+        assert!(e.0.contains("resolves to"), "{e}");
+        assert!(lookup("does-not-exist.invalid", 80).is_err());
+        // The HTTP client's resolver (redirects, rebinding) refuses the same.
+        let resolver = CheckedResolver::new("https://git.example.test/x.git", &none);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        use reqwest::dns::Resolve;
+        use std::str::FromStr;
+        for name in ["localhost", "kubernetes.default.svc"] {
+            let name = reqwest::dns::Name::from_str(name).unwrap();
+            let e = runtime.block_on(resolver.resolve(name)).err().unwrap();
+            assert!(e.to_string().contains("is refused"), "{e}");
+        }
+        let allowed = CheckedResolver::new(
+            "http://x:80/",
+            &AllowList::parse(&["::1", "127.0.0.1"]).unwrap(),
+        );
+        let name = reqwest::dns::Name::from_str("localhost").unwrap();
+        // `localhost` is refused by name, whatever its addresses.
+        assert!(runtime.block_on(allowed.resolve(name)).is_err());
     }
 
     #[test]

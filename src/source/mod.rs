@@ -11,7 +11,8 @@ pub mod pool;
 use pulumi_operator_api::names;
 
 /// Why a source could not be resolved, with the `Stalled` reason: `SpecInvalid` (a missing
-/// git credentials Secret or key, as in PKO) or `SourceUnavailable` (anything else).
+/// git credentials Secret or key, as in PKO), `NotAllowed` (a repository host the operator
+/// does not contact) or `SourceUnavailable` (anything else).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResolveError {
     pub reason: &'static str,
@@ -32,29 +33,64 @@ impl ResolveError {
             message: message.into(),
         }
     }
+
+    /// The administrator's settings refuse the source (`NotAllowed`).
+    pub fn not_allowed(message: impl Into<String>) -> ResolveError {
+        ResolveError {
+            reason: names::REASON_NOT_ALLOWED,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<RemoteError> for ResolveError {
+    fn from(e: RemoteError) -> ResolveError {
+        if e.not_allowed {
+            ResolveError::not_allowed(e.message)
+        } else {
+            ResolveError::unavailable(e.message)
+        }
+    }
 }
 
 /// Why a git remote call gave no answer of its own (ls-remote failed, timed out or was
 /// refused), already redacted: the message a user sees.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct RemoteError(pub String);
+#[error("{message}")]
+pub struct RemoteError {
+    pub message: String,
+    /// The operator did not contact the remote: the administrator's settings refuse its host
+    /// (`crate::runtime::remote_hosts`).
+    pub not_allowed: bool,
+}
+
+impl RemoteError {
+    pub fn not_allowed(e: crate::runtime::remote_hosts::Refused) -> RemoteError {
+        RemoteError {
+            message: e.0,
+            not_allowed: true,
+        }
+    }
+}
 
 impl From<String> for RemoteError {
     fn from(message: String) -> RemoteError {
-        RemoteError(message)
+        RemoteError {
+            message,
+            not_allowed: false,
+        }
     }
 }
 
 impl From<&str> for RemoteError {
     fn from(message: &str) -> RemoteError {
-        RemoteError(message.to_string())
+        RemoteError::from(message.to_string())
     }
 }
 
 impl From<pulumi_gitauth::SessionError> for RemoteError {
     fn from(e: pulumi_gitauth::SessionError) -> RemoteError {
-        RemoteError(e.to_string())
+        RemoteError::from(e.to_string())
     }
 }
 
@@ -62,6 +98,6 @@ impl From<pulumi_gitauth::SessionError> for RemoteError {
 impl std::ops::Deref for RemoteError {
     type Target = str;
     fn deref(&self) -> &str {
-        &self.0
+        &self.message
     }
 }

@@ -10,7 +10,8 @@
 //! [`Poller::answers`] when it ends, to be reconciled again. One call per key is in flight at a
 //! time (single flight: 200 Stacks on one branch make one call). After a failure the key backs off (5 s, doubling, at
 //! most 5 min) before the next call, so a broken repository is not hammered by every Stack.
-//! Only real calls are counted in `pulumi_operator_git_ls_remote_total{result}`.
+//! Only real calls are counted in `pulumi_operator_git_ls_remote_total{result}` (not one refused
+//! before it contacted anything, `crate::runtime::remote_hosts`).
 
 use super::pool::{host_of, Cancel, Limits, Pool};
 use crate::runtime::metrics::Metrics;
@@ -252,7 +253,9 @@ impl Poller {
                         Ok(r) => r,
                         Err(e) => Err(format!("ls-remote {shown}: {e}").into()),
                     };
-                    if let Some(m) = metrics {
+                    // A refused host was never contacted: not an ls-remote.
+                    let contacted = !matches!(&result, Err(e) if e.not_allowed);
+                    if let Some(m) = metrics.filter(|_| contacted) {
                         m.git_ls_remote_done(result.is_ok(), started.elapsed());
                     }
                     if let Err(e) = &result {
@@ -380,6 +383,28 @@ mod tests {
         let mut fresh = running.clone();
         record(&mut fresh, Ok("abc".into()), t0);
         assert_eq!(step(&fresh, need, t0), Step::Use(Ok("abc".into())));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refused_host_is_not_counted_as_a_call() {
+        let poller = Poller::default();
+        let metrics = Arc::new(Metrics::default());
+        let need = Need::MaxAge(Duration::from_secs(60));
+        let refused = crate::runtime::remote_hosts::Refused("host \"x\" is refused".into());
+        let answer = poller.lookup(key("main"), need, None, Some(metrics.clone()), |_| {
+            Err(RemoteError::not_allowed(refused))
+        });
+        assert_eq!(answer, Answer::Pending);
+        let e = settle(&poller, key("main"), need).await.unwrap_err();
+        assert!(e.not_allowed, "{e}");
+        let text = metrics.encode();
+        assert!(
+            text.contains("pulumi_operator_git_ls_remote_total{result=\"failure\"} 0"),
+            "{text}"
+        );
+        // And the Stack's condition says NotAllowed.
+        let reason = crate::source::ResolveError::from(e).reason;
+        assert_eq!(reason, pulumi_operator_api::names::REASON_NOT_ALLOWED);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

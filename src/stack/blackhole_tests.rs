@@ -1,11 +1,12 @@
 //! Remotes that accept a connection and never answer ("black holes") must not hold reconciles,
 //! take the whole pool, or keep their slot past the deadline.
 
+use crate::runtime::remote_hosts::AllowList;
 use crate::source::git;
 use crate::source::poll::{Answer, Need, Poller};
 use crate::source::pool::{Cancel, Limits};
 use crate::source::RemoteError;
-use crate::stack::source::branch_head;
+use crate::stack::source::{branch_head, Branch};
 use pulumi_gitauth::Credentials;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -54,7 +55,15 @@ fn working_remote(name: &str) -> (Scratch, String, String) {
 const FRESH: Need = Need::MaxAge(Duration::from_secs(60));
 
 fn ask(poller: &Poller, url: &str, branch: &str, creds: &Credentials) -> Answer {
-    branch_head(poller, url, branch, creds.clone(), FRESH, None, None)
+    // The black holes listen on loopback, which tenants' repositories may not use by default.
+    let allowed = AllowList::parse(&["127.0.0.1"]).expect("allow-list");
+    let branch = Branch {
+        url,
+        branch,
+        credentials: creds.clone(),
+        allowed: &allowed,
+    };
+    branch_head(poller, branch, FRESH, None, None)
 }
 
 /// Asks until the answer is ready, as the re-triggered reconciles do.
@@ -263,7 +272,7 @@ fn git_daemon_remotes_resolve() {
         .spawn()
         .expect("git daemon");
     let url = format!("git://127.0.0.1:{port}/app.git");
-    let mut answer = Err(RemoteError(String::new()));
+    let mut answer = Err(RemoteError::from(String::new()));
     for _ in 0..50 {
         let cancel = Cancel::new(Instant::now() + Duration::from_secs(5));
         answer = git::ls_remote(&url, "main", &Credentials::None, &cancel);

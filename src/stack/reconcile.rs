@@ -29,7 +29,7 @@ use crate::stack::prereq;
 use crate::stack::source::{self, ResolveError, Resolved};
 use crate::stack::status::{self, absorb, mark_reconciling, mark_result, mark_stalled};
 use crate::stack::suspend::{self, Transition};
-use crate::update::status::REASON_NODE_UNREACHABLE;
+use crate::update::status::{pod_ended, unconfirmed_stop, REASON_NODE_UNREACHABLE};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -48,6 +48,8 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 const SOURCE_UNAVAILABLE_REQUEUE: Duration = Duration::from_secs(30);
+/// How often a Stack looks again whether a pod of an earlier operation has stopped.
+const LEFTOVER_POD_REQUEUE: Duration = Duration::from_secs(5);
 /// While a branch head is read in the background: its answer triggers the next reconcile
 /// (`Poller::answers`); this is only a safety net.
 const SOURCE_PENDING_REQUEUE: Duration = Duration::from_secs(15);
@@ -432,6 +434,36 @@ impl<'a> Pass<'a> {
         Action::await_change()
     }
 
+    /// No Update is in flight, but a pod of an earlier operation may still run Pulumi: its
+    /// Update or Job was deleted by force, or ended without the pod's word. The next operation
+    /// starts only once every such pod is proven stopped (ended, or gone).
+    fn wait_for_leftover_pods(&mut self) -> Option<Action> {
+        let pods = self.ctx.stores.pods_of_stack(&self.ns, &self.name);
+        let now = self.now.0;
+        let leftover = pods.iter().find(|p| !pod_ended(p))?;
+        let pod = leftover.name_any();
+        let (reason, message) = match unconfirmed_stop(leftover, now) {
+            Some(m) => (REASON_NODE_UNREACHABLE, m),
+            None => (
+                names::REASON_STACK_PROCESSING,
+                format!(
+                    "pod {pod} of an earlier operation has not stopped yet (its Update or Job is \
+                     gone); the next operation starts once it has ended or is gone"
+                ),
+            ),
+        };
+        info!(%pod, "waiting for a pod of an earlier operation to stop");
+        mark_reconciling(
+            &mut self.status,
+            reason,
+            &message,
+            self.generation,
+            &self.now,
+        );
+        // Pods trigger their Update, not the Stack: look again shortly (a cache read).
+        Some(crate::runtime::requeue(LEFTOVER_POD_REQUEUE))
+    }
+
     /// Waits for the operation in flight, or absorbs the one that finished. `Some` ends the
     /// reconcile here.
     async fn operations_in_flight(&mut self) -> Result<Option<Action>> {
@@ -467,7 +499,11 @@ impl<'a> Pass<'a> {
                     self.absorb(u).await?;
                 }
             }
-            InFlight::Free => {}
+            InFlight::Free => {
+                if let Some(action) = self.wait_for_leftover_pods() {
+                    return Ok(Some(action));
+                }
+            }
         }
         // Release every finished Update absorbed by an earlier pass (the one absorbed now goes
         // once the status saying so is written: `after_write`).
@@ -855,6 +891,15 @@ impl<'a> Pass<'a> {
                 info!(%message, "source pending");
                 self.source_pending(&message);
                 Err(crate::runtime::requeue(SOURCE_PENDING_REQUEUE))
+            }
+            Err(ResolveError { reason, message }) if reason == names::REASON_NOT_ALLOWED => {
+                // A repository host the operator does not contact: nothing was sent to it.
+                warn!(%message, %reason, "repository not allowed");
+                self.stall_once(reason, &message, names::REASON_NOT_ALLOWED)
+                    .await;
+                // The spec or the operator's settings change it (either reconciles again); a
+                // name's addresses may change too, checked again after the poller's backoff.
+                Err(crate::runtime::requeue(REJECTED_REQUEUE))
             }
             Err(ResolveError { reason, message }) => {
                 warn!(%message, %reason, "source unavailable");

@@ -2,9 +2,10 @@
 //! branch (ls-remote, shared by every Stack tracking it: [`poll`]), a Program's content digest,
 //! or a Flux source's artifact. Git credentials: [`auth`].
 
-use crate::program::{digest, render_project};
+use crate::program::{digest, render_project, too_large};
 use crate::runtime::context::Context;
 use crate::runtime::metrics::Metrics;
+use crate::runtime::remote_hosts::{self, AllowList};
 pub use crate::source::ResolveError;
 use crate::source::{auth, flux, git, poll};
 use crate::stack::objects::ResolvedSource;
@@ -39,6 +40,7 @@ pub async fn resolve_source(
         &ctx.client,
         &ctx.stores.programs,
         Some(ctx.metrics.clone()),
+        &ctx.policy.git_allowed_internal_hosts,
         resync,
     )
     .await
@@ -93,25 +95,34 @@ pub fn need(
     }
 }
 
-/// The reconcile-facing branch lookup: the head of `branch` on `url` from the shared poller,
-/// or `Pending` while it is read in the background for `waiter`.
+/// A tracked branch of a tenant's repository, and the internal hosts the operator may contact
+/// anyway (`GIT_ALLOWED_INTERNAL_HOSTS`).
+pub struct Branch<'a> {
+    pub url: &'a str,
+    pub branch: &'a str,
+    pub credentials: pulumi_gitauth::Credentials,
+    pub allowed: &'a AllowList,
+}
+
+/// The reconcile-facing branch lookup: the head of the branch from the shared poller, or
+/// `Pending` while it is read in the background for `waiter` (where its host's addresses are
+/// checked too: [`git::tenant_ls_remote`]).
 pub fn branch_head(
     poller: &poll::Poller,
-    url: &str,
-    branch: &str,
-    credentials: pulumi_gitauth::Credentials,
+    branch: Branch<'_>,
     need: poll::Need,
     waiter: Option<poll::Waiter>,
     metrics: Option<std::sync::Arc<Metrics>>,
 ) -> poll::Answer {
     let key = poll::Key {
-        url: url.to_string(),
-        reference: branch.to_string(),
-        credentials: credentials.fingerprint(),
+        url: branch.url.to_string(),
+        reference: branch.branch.to_string(),
+        credentials: branch.credentials.fingerprint(),
     };
-    let (url, branch) = (url.to_string(), branch.to_string());
+    let (url, reference) = (branch.url.to_string(), branch.branch.to_string());
+    let (credentials, allowed) = (branch.credentials, branch.allowed.clone());
     poller.lookup(key, need, waiter, metrics, move |cancel| {
-        git::ls_remote(&url, &branch, &credentials, cancel)
+        git::tenant_ls_remote(&url, &reference, &credentials, &allowed, cancel)
     })
 }
 
@@ -120,32 +131,52 @@ async fn resolve_with(
     client: &Client,
     programs: &Store<Program>,
     metrics: Option<std::sync::Arc<Metrics>>,
+    allowed: &AllowList,
     resync: Duration,
 ) -> Result<Resolved, ResolveError> {
     let ns = stack.namespace().unwrap_or_default();
     match stack.spec.source() {
-        StackSource::Git(git) => resolve_git(stack, git, client, metrics, resync).await,
+        StackSource::Git(git) => {
+            let reader = Reader {
+                client,
+                metrics,
+                allowed,
+            };
+            resolve_git(stack, git, reader, resync).await
+        }
         StackSource::Program(p) => resolve_program(&p.name, &ns, programs),
         StackSource::Flux(flux) => resolve_flux(flux, &ns, client).await,
         StackSource::None => Ok(Resolved::Ready(ResolvedSource::None)),
     }
 }
 
+/// What resolving a git source reads with.
+struct Reader<'a> {
+    client: &'a Client,
+    metrics: Option<std::sync::Arc<Metrics>>,
+    allowed: &'a AllowList,
+}
+
 /// A git source: a pinned commit, or the head of a tracked branch from the shared poller.
 async fn resolve_git(
     stack: &Stack,
     git: &GitSource,
-    client: &Client,
-    metrics: Option<std::sync::Arc<Metrics>>,
+    reader: Reader<'_>,
     resync: Duration,
 ) -> Result<Resolved, ResolveError> {
     let ns = stack.namespace().unwrap_or_default();
     let url = git.project_repo.clone().unwrap_or_default();
     let dir = git.repo_dir.clone().filter(|d| !d.is_empty());
+    if let Some(GitRevision::Branch(_)) = git.revision() {
+        // Only a tracked branch makes the operator contact the repository (the Job clones it
+        // from the tenant's own namespace): refused before credentials or a call.
+        remote_hosts::check_url(&url, reader.allowed)
+            .map_err(|e| ResolveError::not_allowed(e.0))?;
+    }
     let refs = auth::auth_refs(git, &auth::github_api_url(stack));
     // Read even for a pinned commit: a missing Secret must stall the Stack here, not leave its
     // Job's pod waiting for a Secret that does not exist.
-    let credentials = auth::read_credentials(client, &ns, &refs).await?;
+    let credentials = auth::read_credentials(reader.client, &ns, &refs).await?;
     let commit = match git.revision() {
         Some(GitRevision::Commit(c)) => c.to_string(),
         Some(GitRevision::Branch(b)) => {
@@ -155,8 +186,14 @@ async fn resolve_git(
             });
             let waiter = Some((ns.clone(), stack.name_any()));
             let poller = poll::Poller::shared();
-            match branch_head(poller, &url, b, credentials, need, waiter, metrics) {
-                poll::Answer::Ready(r) => r.map_err(|e| ResolveError::unavailable(e.0))?,
+            let branch = Branch {
+                url: &url,
+                branch: b,
+                credentials,
+                allowed: reader.allowed,
+            };
+            match branch_head(poller, branch, need, waiter, reader.metrics) {
+                poll::Answer::Ready(r) => r.map_err(ResolveError::from)?,
                 poll::Answer::Pending => {
                     return Ok(Resolved::Pending {
                         message: format!(
@@ -196,6 +233,10 @@ fn resolve_program(
         render_project(&program.name_any(), program.spec.program.as_ref()).map_err(|e| {
             ResolveError::unavailable(format!("program {name:?} cannot be rendered: {e}"))
         })?;
+    if let Some(message) = too_large(name, &rendered) {
+        // Not a passing condition: only a change to the Program helps.
+        return Err(ResolveError::spec_invalid(message));
+    }
     Ok(Resolved::Ready(ResolvedSource::Program {
         name: name.to_string(),
         digest: digest(&rendered),

@@ -138,6 +138,7 @@ fn mocked(
         jobs: store(jobs).0,
         pods: pod_store,
         pods_by_update,
+        pods_by_stack: index::Index::new(|_| None),
         updates_by_stack: index::Index::new(|_| None),
         policies: store(vec![]).0,
         namespaces: store(vec![namespace()]).0,

@@ -313,6 +313,10 @@ pub async fn install_operator() {
                 // The GitHub API stand-in is plain http on its own loopback address.
                 &format!("GITHUB_API_HOSTS=api.github.com,{GITHUB_API_STANDIN_HOST}"),
                 "ALLOW_INSECURE_GITHUB_API=true",
+                // The tests' git servers listen on loopback, which the operator does not
+                // contact for a Stack by default (`localhost` and other loopback addresses
+                // stay refused: e2e_sources checks it).
+                &format!("GIT_ALLOWED_INTERNAL_HOSTS={GIT_SERVER_HOST}"),
             ]);
             kubectl(&[
                 "-n",
@@ -446,6 +450,10 @@ pub const DEPENDENCY_CACHE_TEMPLATE: &str = "  workspaceTemplate:
           - name: dependency-cache
             persistentVolumeClaim: {claimName: pulumi-dependencies}
 ";
+
+/// The address the tests' git servers (HTTP and SSH) listen on, which the operator installed
+/// by [`install_operator`] may contact (`GIT_ALLOWED_INTERNAL_HOSTS`).
+pub const GIT_SERVER_HOST: &str = "127.0.0.1";
 
 /// A loopback HTTP git server (`tests/git-http-server.py`, git's own `git http-backend`)
 /// serving every bare repository under `root`; stopped when dropped.
@@ -1353,6 +1361,71 @@ impl StackFixture {
 /// operator runs again: the node agent restarts the container in the same pod, with the
 /// kubelet's growing CrashLoopBackOff; after two restarts the dead pod is removed instead, and
 /// the Deployment's new pod takes the leader lease once it expires.
+/// The operator process of `pod` (the node agent gives each container its pod's HOSTNAME), by
+/// PID: never another process whose command line happens to match.
+fn operator_pid(pod: &str) -> u32 {
+    let hostname = format!("HOSTNAME={}", pod.trim());
+    let operators: Vec<u32> = processes()
+        .into_iter()
+        .filter(|p| {
+            p.argv
+                .first()
+                .is_some_and(|a| a.ends_with("/pulumi-operator"))
+                && p.environ.contains(&hostname)
+        })
+        .map(|p| p.pid)
+        .collect();
+    assert_eq!(
+        operators.len(),
+        1,
+        "the operator process of pod {pod}: {operators:?}"
+    );
+    operators[0]
+}
+
+/// The running operator, frozen (SIGSTOP) until this is dropped (SIGCONT): its watches are away
+/// while the cluster changes, as after a long GC pause or a frozen VM.
+pub struct FrozenOperator(u32);
+
+impl FrozenOperator {
+    pub fn freeze() -> FrozenOperator {
+        let pods = kubectl(&[
+            "-n",
+            OPERATOR_NAMESPACE,
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/name=pulumi-operator",
+            "--field-selector=status.phase=Running",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ]);
+        let pod = pods
+            .split_whitespace()
+            .next()
+            .expect("a running operator pod");
+        let pid = operator_pid(pod);
+        assert!(
+            signal(pid, "-STOP"),
+            "could not freeze the operator ({pid})"
+        );
+        FrozenOperator(pid)
+    }
+}
+
+impl Drop for FrozenOperator {
+    fn drop(&mut self) {
+        signal(self.0, "-CONT");
+    }
+}
+
+fn signal(pid: u32, sig: &str) -> bool {
+    Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 pub async fn kill_operator() {
     let get = |path: &str| {
         kubectl(&[
@@ -1378,28 +1451,10 @@ pub async fn kill_operator() {
     .await;
     let pod = get(".metadata.name");
     let before = state("restartCount");
-    // This pod's operator process (the node agent gives each container its pod's HOSTNAME),
-    // by PID: never another process whose command line happens to match.
-    let hostname = format!("HOSTNAME={}", pod.trim());
-    let operators: Vec<u32> = processes()
-        .into_iter()
-        .filter(|p| {
-            p.argv
-                .first()
-                .is_some_and(|a| a.ends_with("/pulumi-operator"))
-                && p.environ.contains(&hostname)
-        })
-        .map(|p| p.pid)
-        .collect();
-    assert_eq!(
-        operators.len(),
-        1,
-        "the operator process of pod {pod}: {operators:?}"
-    );
+    let operator = operator_pid(&pod);
     assert!(
-        kill_pid(operators[0]),
-        "could not kill the operator ({})",
-        operators[0]
+        kill_pid(operator),
+        "could not kill the operator ({operator})"
     );
     if before.trim().parse::<u32>().unwrap_or(0) >= 2 {
         kubectl(&[
