@@ -239,10 +239,9 @@ static INSTALL: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
 /// The operator's namespace in the kustomize install.
 pub const OPERATOR_NAMESPACE: &str = "pulumi-operator";
 
-/// The `/metrics` text of each running operator pod, with the pod's UID, sorted by UID.
-pub fn operator_metrics_by_pod() -> Vec<(String, String)> {
-    use std::io::{Read, Write};
-    let pods = kubectl(&[
+/// `kubectl get pods -o OUTPUT` of the running operator pods.
+fn running_operator_pods(output: &str) -> String {
+    kubectl(&[
         "-n",
         OPERATOR_NAMESPACE,
         "get",
@@ -251,8 +250,16 @@ pub fn operator_metrics_by_pod() -> Vec<(String, String)> {
         "app.kubernetes.io/name=pulumi-operator",
         "--field-selector=status.phase=Running",
         "-o",
+        output,
+    ])
+}
+
+/// The `/metrics` text of each running operator pod, with the pod's UID, sorted by UID.
+pub fn operator_metrics_by_pod() -> Vec<(String, String)> {
+    use std::io::{Read, Write};
+    let pods = running_operator_pods(
         "jsonpath={range .items[*]}{.metadata.uid} {.status.podIP}{\"\\n\"}{end}",
-    ]);
+    );
     let mut out = Vec::new();
     for line in pods.lines() {
         let mut parts = line.split_whitespace();
@@ -1389,17 +1396,7 @@ pub struct FrozenOperator(u32);
 
 impl FrozenOperator {
     pub fn freeze() -> FrozenOperator {
-        let pods = kubectl(&[
-            "-n",
-            OPERATOR_NAMESPACE,
-            "get",
-            "pods",
-            "-l",
-            "app.kubernetes.io/name=pulumi-operator",
-            "--field-selector=status.phase=Running",
-            "-o",
-            "jsonpath={.items[*].metadata.name}",
-        ]);
+        let pods = running_operator_pods("jsonpath={.items[*].metadata.name}");
         let pod = pods
             .split_whitespace()
             .next()
