@@ -6,6 +6,10 @@
 //! A spec's `commit` is checked out exactly (detached `HEAD`), fetched by its SHA — with depth 1
 //! when `shallow` — and, when the server refuses to serve a bare SHA, by a full fetch of every
 //! branch and tag. A `reference` alone checks out the head of that branch or tag.
+//!
+//! Submodules and Git LFS content are never fetched (gitoxide's clone does neither, so no
+//! submodule URL is contacted and no `ext::` command runs); the runner says so when a checkout
+//! has them (`runner/src/fetch/checkout.rs`).
 
 use crate::redact;
 use crate::{AuthFlags, Credentials, Session};
@@ -337,5 +341,65 @@ mod tests {
         assert!(e.contains("not a full commit SHA"), "{e}");
         assert!(e.contains("example.invalid"), "{e}");
         assert!(!e.contains("secret"), "{e}");
+    }
+
+    fn git(dir: &Path, args: &[&str]) {
+        let out = std::process::Command::new("git")
+            .current_dir(dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(["-c", "init.defaultBranch=main"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    }
+
+    /// gitoxide's clone fetches no submodule: a `file://` one stays empty and an `ext::` one
+    /// runs no command (with git itself, `protocol.ext.allow` would let it run).
+    #[test]
+    fn submodules_are_not_fetched_and_ext_urls_run_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lib, work) = (dir.path().join("lib"), dir.path().join("work"));
+        let marker = dir.path().join("pwned-ext");
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        git(&lib, &["init", "-q"]);
+        std::fs::write(lib.join("f"), "lib").unwrap();
+        git(&lib, &["add", "f"]);
+        git(&lib, &["commit", "-q", "-m", "lib"]);
+        let lib_head = std::process::Command::new("git")
+            .current_dir(&lib)
+            .args(["rev-parse", "HEAD"])
+            .output()
+            .unwrap();
+        let lib_head = String::from_utf8_lossy(&lib_head.stdout).trim().to_string();
+        let gitmodules = format!(
+            "[submodule \"lib\"]\n\tpath = lib\n\turl = file://{}\n[submodule \"tool\"]\n\tpath = tool\n\turl = ext::sh -c touch% {}\n",
+            lib.display(),
+            marker.display()
+        );
+        git(&work, &["init", "-q"]);
+        std::fs::write(work.join(".gitmodules"), gitmodules).unwrap();
+        git(&work, &["add", ".gitmodules"]);
+        for path in ["lib", "tool"] {
+            let info = format!("160000,{lib_head},{path}");
+            git(&work, &["update-index", "--add", "--cacheinfo", &info]);
+        }
+        git(&work, &["commit", "-q", "-m", "submodules"]);
+        let spec = GitSpec {
+            url: format!("file://{}", work.display()),
+            commit: None,
+            reference: None,
+            shallow: false,
+        };
+        let dest = dir.path().join("clone");
+        fetch(&spec, &dest, &Credentials::None, &|_| {}).unwrap();
+        assert!(dest.join(".gitmodules").is_file());
+        for path in ["lib", "tool"] {
+            let empty = std::fs::read_dir(dest.join(path)).map_or(true, |mut d| d.next().is_none());
+            assert!(empty, "{path} was fetched");
+        }
+        assert!(!dest.join(".git/modules").exists());
+        assert!(!marker.exists(), "the ext:: command ran");
     }
 }

@@ -2,6 +2,7 @@
 //! holds the checkout and `<share>/workspace` is a symlink to the project directory in it
 //! (or to a `Local` directory of the image), as PKO lays it out.
 
+pub mod checkout;
 pub mod flux;
 pub mod git;
 
@@ -46,7 +47,7 @@ pub fn fetch(plan: &RunPlan, layout: &Layout) -> Result<RunResult, Failure> {
                 shallow: *shallow,
             };
             let head = clone_git(&spec, &source_dir)?;
-            link_project(&source_dir, &sub, &workspace)?;
+            link_project(&source_dir, &sub, &workspace, Fetched::Git)?;
             format!("fetched {} at {head}", crate::redact::urls(url))
         }
         Some(Source::Flux { url, digest, dir }) => {
@@ -65,7 +66,7 @@ pub fn fetch(plan: &RunPlan, layout: &Layout) -> Result<RunResult, Failure> {
                 &layout.scratch_dir(),
                 flux::DEFAULT_MAX_BYTES,
             )?;
-            link_project(&source_dir, &sub, &workspace)?;
+            link_project(&source_dir, &sub, &workspace, Fetched::Artifact)?;
             format!("fetched the artifact {digest}")
         }
         Some(Source::Inline { .. }) => {
@@ -120,15 +121,34 @@ pub fn sub_dir(dir: Option<&str>) -> Result<PathBuf, Failure> {
     pulumi_gitauth::clone::sub_dir(dir).map_err(Failure::source_unavailable)
 }
 
-fn link_project(source_dir: &Path, sub: &Path, workspace: &Path) -> Result<(), Failure> {
-    let target = source_dir.join(sub);
-    if !target.is_dir() {
-        return Err(Failure::source_unavailable(format!(
-            "the program directory {:?} does not exist in the source",
-            sub.display().to_string()
-        )));
-    }
-    link(&target, workspace)
+/// Where a checkout came from: only a git clone leaves submodules out (an artifact holds what
+/// its producer put in it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fetched {
+    Git,
+    Artifact,
+}
+
+/// Links the workspace to the project directory `sub` of the checkout, once the checkout is
+/// found fit to be read on the stack's behalf ([`checkout`]).
+fn link_project(
+    source_dir: &Path,
+    sub: &Path,
+    workspace: &Path,
+    fetched: Fetched,
+) -> Result<(), Failure> {
+    let root = std::fs::canonicalize(source_dir).map_err(|e| {
+        Failure::source_unavailable(format!("cannot resolve {}: {e}", source_dir.display()))
+    })?;
+    let submodules = match fetched {
+        Fetched::Git => checkout::submodule_paths(&root),
+        Fetched::Artifact => Vec::new(),
+    };
+    checkout::log_submodules(&submodules);
+    let project = checkout::project_dir(&root, sub, &submodules)?;
+    checkout::check_project_files(&root, &project)?;
+    checkout::check_lfs(&root, &project)?;
+    link(&source_dir.join(sub), workspace)
 }
 
 fn link(target: &Path, link: &Path) -> Result<(), Failure> {
