@@ -657,7 +657,7 @@ spec:
         &format!("job/{}", last(&s).name.unwrap()),
     ]);
     assert!(
-        logs.contains("config env add team/shared-settings"),
+        logs.contains("config env add --yes --stack ") && logs.contains(" -- team/shared-settings"),
         "{logs}"
     );
     let _ = TEST_PASSPHRASE;

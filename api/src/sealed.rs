@@ -13,6 +13,11 @@ use std::collections::{BTreeMap, BTreeSet};
 /// The log line carrying the sealed outputs starts with this.
 pub const OUTPUTS_LINE_PREFIX: &str = "pulumi-runner-outputs: ";
 
+/// The words of the runner's result message that say outputs were left out of the outputs
+/// Secret (too large, or named so that no Secret key can hold them): the operator repeats that
+/// part of the message on the Stack.
+pub const OUTPUTS_LEFT_OUT: &str = "left out of the outputs Secret";
+
 /// What is sealed: the outputs Secret's data (key → the output's JSON) and its secret keys.
 #[derive(Serialize, Deserialize, Clone, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]

@@ -2,7 +2,8 @@
 //! `valueFrom.path`, `json`) and turning them into CLI steps that apply them in order.
 //!
 //! - plain strings → `config set-all --path --plaintext k=v…`, keys that are not paths escaped
-//!   as `ns:["key"]` (PKO's `SetAllConfig`), consecutive items in one call;
+//!   as `ns:["key"]` (PKO's `SetAllConfig`), consecutive items in one call; a key holding `=`
+//!   (which `k=v` cannot carry) → its own `config set --path --plaintext -- KEY VALUE`;
 //! - secret strings → one `config set --path KEY --secret` each, the value on **stdin**, so
 //!   that no secret string is ever in an argv;
 //! - structured values (numbers, booleans, objects, arrays, `json: true`) →
@@ -50,7 +51,9 @@ impl std::fmt::Debug for Resolved {
 pub enum Step {
     /// `config set-all --path --plaintext k=v…` (keys in their `--path` form).
     Plaintext(Vec<(String, String)>),
-    /// `config set --path KEY --secret`, value on stdin.
+    /// `config set --path --plaintext -- KEY VALUE`, for a key holding `=`.
+    Plain { key: String, value: String },
+    /// `config set --path --secret -- KEY`, value on stdin.
     Secret { key: String, value: String },
     /// `config set-all --json DOC`.
     Json {
@@ -127,19 +130,21 @@ fn secret_leaves(value: &Value) -> Vec<(String, String)> {
     out
 }
 
-/// Remembers a secret value in `redactor`: a string as it is, a structured value as its JSON
-/// and each of its leaves.
+/// Remembers a secret value in `redactor` (its [`secret_texts`]).
 pub fn remember_secret_value(redactor: &mut Redactor, value: &Value) {
+    for text in secret_texts(value) {
+        redactor.add(&text);
+    }
+}
+
+/// The texts that show a secret value: a string as it is, a structured value as its JSON and
+/// each of its leaves.
+pub fn secret_texts(value: &Value) -> Vec<String> {
     match value {
-        Value::String(s) => {
-            redactor.add(s);
-        }
-        other => {
-            redactor.add(&other.to_string());
-            for (_, leaf) in secret_leaves(other) {
-                redactor.add(&leaf);
-            }
-        }
+        Value::String(s) => vec![s.clone()],
+        other => std::iter::once(other.to_string())
+            .chain(secret_leaves(other).into_iter().map(|(_, leaf)| leaf))
+            .collect(),
     }
 }
 
@@ -256,7 +261,14 @@ pub fn steps(items: &[Resolved]) -> Vec<Step> {
                 } else {
                     escaped(&item.key)
                 };
-                if let Some(Step::Plaintext(pairs)) = steps.last_mut() {
+                if key.contains('=') {
+                    // `set-all` and `--config` split `k=v` at the first `=`: `ns:a=b=v` would
+                    // set `ns:a` to `b=v`, and `ns:["a=b"]=v` fails.
+                    steps.push(Step::Plain {
+                        key,
+                        value: s.clone(),
+                    });
+                } else if let Some(Step::Plaintext(pairs)) = steps.last_mut() {
                     pairs.push((key, s.clone()));
                 } else {
                     steps.push(Step::Plaintext(vec![(key, s.clone())]));
@@ -319,6 +331,7 @@ pub fn invocations(
     for step in steps {
         out.push(match step {
             Step::Plaintext(pairs) => pulumi::config_set_all_plaintext(stack, pairs),
+            Step::Plain { key, value } => pulumi::config_set_plaintext(stack, key, value),
             Step::Secret { key, value } => pulumi::config_set_secret(stack, key, value),
             Step::Json { doc, secret } => {
                 if let Some(v) = cli.filter(|v| *v < Version::JSON_CONFIG) {
@@ -484,6 +497,48 @@ mod tests {
         }
         assert_eq!(inv[1].stdin.as_deref(), Some("env-secret\n"));
         assert_eq!(inv[4].stdin.as_deref(), Some("file-secret\n\n"));
+    }
+
+    #[test]
+    fn keys_holding_equals_signs_are_set_one_by_one_and_dashes_stay_keys() {
+        let items = vec![
+            item("a", json!("1")),
+            item("k=v", json!("-x")),
+            ConfigItem {
+                path: Some(true),
+                ..item("m.n=o", json!("2"))
+            },
+            item("-h:--force", json!("--yes")),
+            ConfigItem {
+                secret: Some(true),
+                ..item("--secret:k", json!("s3cr3t-value"))
+            },
+        ];
+        let s = steps(&resolve(&items, "p", &fake(), &mut Redactor::default()).unwrap());
+        let plain = |key: &str, value: &str| Step::Plain {
+            key: key.into(),
+            value: value.into(),
+        };
+        assert_eq!(
+            s,
+            vec![
+                Step::Plaintext(vec![("p:[\"a\"]".into(), "1".into())]),
+                plain("p:[\"k=v\"]", "-x"),
+                plain("p:m.n=o", "2"),
+                Step::Plaintext(vec![("-h:[\"--force\"]".into(), "--yes".into())]),
+                Step::Secret {
+                    key: "--secret:[\"k\"]".into(),
+                    value: "s3cr3t-value".into()
+                },
+            ]
+        );
+        let inv = invocations("dev", &s, None).unwrap();
+        assert!(inv[1]
+            .args
+            .ends_with(&["--".into(), "p:[\"k=v\"]".into(), "-x".into()]));
+        assert!(inv[4]
+            .args
+            .ends_with(&["--".into(), "--secret:[\"k\"]".into()]));
     }
 
     #[test]

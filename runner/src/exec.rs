@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Cap on captured stdout (`stack output`, `stack history`).
-const MAX_CAPTURE: usize = 64 * 1024 * 1024;
+pub const MAX_CAPTURE: usize = 64 * 1024 * 1024;
 /// Lines longer than this are observed in pieces.
 const MAX_LINE: usize = 64 * 1024;
 

@@ -20,6 +20,7 @@ pub mod config;
 pub mod deps;
 pub mod dotenv;
 pub mod error;
+pub mod eventlog;
 pub mod exec;
 pub mod fetch;
 pub mod heartbeat;

@@ -69,18 +69,12 @@ impl StackOutputs {
         Ok(StackOutputs { values, secret })
     }
 
-    /// The stack's outputs as an operation's event log (`--event-log`) recorded them: the
-    /// last `resOutputsEvent` of the `pulumi:pulumi:Stack` resource, whose secret values are
-    /// masked (a secret-signature object with `"ciphertext": "[secret]"`). `None` when the log
-    /// holds no such event (the caller then asks `stack output`). The values of secret outputs
-    /// are not in the log: [`StackOutputs::reveal`] fills them in.
-    pub fn from_event_log(text: &str) -> Option<StackOutputs> {
-        let outputs = text.lines().rev().find_map(|line| {
-            let event: Value = serde_json::from_str(line).ok()?;
-            let metadata = event.get("resOutputsEvent")?.get("metadata")?;
-            (metadata.get("type")?.as_str()? == "pulumi:pulumi:Stack")
-                .then(|| metadata.get("new")?.get("outputs").cloned())?
-        })?;
+    /// The stack's outputs as an operation's event log (`--event-log`) recorded them (the
+    /// `new.outputs` of the last `resOutputsEvent` of the `pulumi:pulumi:Stack` resource:
+    /// `crate::eventlog`), whose secret values are masked (a secret-signature object with
+    /// `"ciphertext": "[secret]"`). `None` when they are not an object. The values of secret
+    /// outputs are not in the log: [`StackOutputs::reveal`] fills them in.
+    pub fn from_logged(outputs: Value) -> Option<StackOutputs> {
         let Value::Object(map) = outputs else {
             return None;
         };
@@ -110,9 +104,10 @@ impl StackOutputs {
         self.values.is_empty()
     }
 
-    /// Marks as secret the outputs whose value holds a value `redactor` masks; returns their
+    /// Marks as secret the outputs whose value holds a value `redactor` masks, or one of
+    /// `large` (secret texts too long for a redactor, [`MAX_MASKED_SECRET`]); returns their
     /// names.
-    pub fn mark_known_secrets(&mut self, redactor: &Redactor) -> Vec<String> {
+    pub fn mark_known_secrets(&mut self, redactor: &Redactor, large: &[String]) -> Vec<String> {
         let mut marked = Vec::new();
         for (name, value) in &self.values {
             if self.secret.contains(name) {
@@ -122,12 +117,152 @@ impl StackOutputs {
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
-            if redactor.apply(&text) != text {
+            if redactor.apply(&text) != text || large.iter().any(|l| text.contains(l.as_str())) {
                 marked.push(name.clone());
             }
         }
         self.secret.extend(marked.iter().cloned());
         marked
+    }
+
+    /// Keeps the outputs the outputs Secret can hold within `budget` bytes
+    /// ([`SECRET_BUDGET`]), in name order: each output that still fits is kept, so one too
+    /// large does not push out the smaller ones after it. Returns what was left out, and why.
+    pub fn fit(&mut self, budget: usize) -> LeftOut {
+        let mut left = LeftOut {
+            total: self.values.len(),
+            budget,
+            ..Default::default()
+        };
+        let mut used = 0usize;
+        let mut keys = BTreeSet::new();
+        self.values.retain(|name, value| {
+            let key = sanitize_key(name);
+            let why = if secret_key_problem(&key) {
+                Some(Why::BadName)
+            } else if keys.contains(&key) {
+                Some(Why::SameKey)
+            } else if used + secret_cost(&key, value) > budget {
+                Some(Why::TooLarge)
+            } else {
+                None
+            };
+            match why {
+                Some(why) => left.outputs.push((name.clone(), why)),
+                None => {
+                    used += secret_cost(&key, value);
+                    keys.insert(key);
+                }
+            }
+            why.is_none()
+        });
+        let values = &self.values;
+        self.secret.retain(|name| values.contains_key(name));
+        left.bytes = used;
+        left
+    }
+}
+
+/// Secret output texts longer than this are not given to the redactor: its automaton costs
+/// time and memory far beyond their length (a 64 KiB value took 2.5 minutes and 90 MiB to
+/// build), and the runner prints no output value after it has read them. They still mark the
+/// outputs that repeat them as secret ([`StackOutputs::mark_known_secrets`]).
+pub const MAX_MASKED_SECRET: usize = 4096;
+
+/// What the outputs of one operation may take of the outputs Secret (see [`secret_cost`]):
+/// Kubernetes refuses a Secret whose values pass 1 MiB, etcd an object over 1.5 MiB, and the
+/// sealed log line that carries them should stay short enough for the operator's log tail.
+pub const SECRET_BUDGET: usize = 960 * 1024;
+
+/// What one output takes: its JSON as a JSON string (as the sealed payload holds it, escapes
+/// included; never less than the Secret's value), its key three times (the data, the field
+/// manager's list, the secret-keys annotation) and room for the framing.
+fn secret_cost(key: &str, value: &Value) -> usize {
+    let json = serde_json::to_string(value).unwrap_or_default();
+    let quoted = serde_json::to_string(&json).map_or(json.len(), |q| q.len());
+    quoted + 3 * key.len() + 32
+}
+
+/// Whether a sanitised name cannot be a Secret key (Kubernetes' `IsConfigMapKey`: at most 253
+/// characters, not `.`, `..` or starting with `..`; the characters are already valid).
+fn secret_key_problem(key: &str) -> bool {
+    key.is_empty() || key.len() > 253 || key == "." || key.starts_with("..")
+}
+
+/// Why an output was left out of the outputs Secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// It did not fit in [`SECRET_BUDGET`] beside the outputs before it.
+    TooLarge,
+    /// Its name makes no Secret key.
+    BadName,
+    /// Its name makes the same Secret key as an output before it (`a/b` and `a_b`).
+    SameKey,
+}
+
+/// The outputs left out of the outputs Secret ([`StackOutputs::fit`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeftOut {
+    /// Name and reason, in name order.
+    pub outputs: Vec<(String, Why)>,
+    /// How many outputs there were.
+    pub total: usize,
+    /// What the kept ones take of the budget.
+    pub bytes: usize,
+    /// The budget they were fitted in.
+    pub budget: usize,
+}
+
+/// At most this many names of each kind are shown, each cut to [`NAME_SHOWN`] characters.
+const NAMES_SHOWN: usize = 5;
+const NAME_SHOWN: usize = 64;
+
+impl LeftOut {
+    /// A message saying what was left out and why (names only, never values), e.g. `2 of 10003
+    /// outputs were left out of the outputs Secret: 2 over its 960 KiB ("big", "huge")`;
+    /// `None` when nothing was.
+    pub fn message(&self) -> Option<String> {
+        if self.outputs.is_empty() {
+            return None;
+        }
+        let group = |why: Why, what: &str| -> Option<String> {
+            let names: Vec<&str> = self
+                .outputs
+                .iter()
+                .filter(|(_, w)| *w == why)
+                .map(|(n, _)| n.as_str())
+                .collect();
+            if names.is_empty() {
+                return None;
+            }
+            let mut shown: Vec<String> = names
+                .iter()
+                .take(NAMES_SHOWN)
+                .map(|n| format!("{:?}", n.chars().take(NAME_SHOWN).collect::<String>()))
+                .collect();
+            if names.len() > NAMES_SHOWN {
+                shown.push(format!("and {} more", names.len() - NAMES_SHOWN));
+            }
+            Some(format!("{} {what} ({})", names.len(), shown.join(", ")))
+        };
+        let parts: Vec<String> = [
+            group(
+                Why::TooLarge,
+                &format!("over its {} KiB", self.budget / 1024),
+            ),
+            group(Why::BadName, "whose name cannot be a Secret key"),
+            group(Why::SameKey, "whose Secret key an output before it has"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        Some(format!(
+            "{} of {} outputs were {}: {}",
+            self.outputs.len(),
+            self.total,
+            pulumi_operator_api::sealed::OUTPUTS_LEFT_OUT,
+            parts.join("; ")
+        ))
     }
 }
 
@@ -353,7 +488,8 @@ mod tests {
 {"sequence":2,"resOutputsEvent":{"metadata":{"op":"same","urn":"u2","type":"standin:index:Record","new":{"outputs":{"greeting":"other"}}}}}
 {"sequence":3,"resOutputsEvent":{"metadata":{"op":"same","urn":"u1","type":"pulumi:pulumi:Stack","new":{"outputs":{"greeting":"hi","obj":{"a":1,"b":["x"]},"pw":{"4dabf18193072939515e22adb298388d":"1b47061264138c4ac30d75fd1eb44270","ciphertext":"[secret]"},"nested":{"k":[{"4dabf18193072939515e22adb298388d":"1b47061264138c4ac30d75fd1eb44270","ciphertext":"[secret]"}]}}}}}}
 {"sequence":4,"summaryEvent":{"resourceChanges":{"same":3}}}"#;
-        let mut o = StackOutputs::from_event_log(log).unwrap();
+        let logged = |text: &str| crate::eventlog::EventLog::from_text(text).outputs();
+        let mut o = logged(log).unwrap();
         assert_eq!(o.values["greeting"], json!("hi"));
         assert_eq!(o.values["obj"], json!({"a": 1, "b": ["x"]}));
         assert_eq!(
@@ -373,14 +509,11 @@ mod tests {
         assert_eq!(o.secret.len(), 2);
 
         // No event of the stack resource: the caller asks the CLI.
-        assert!(StackOutputs::from_event_log(
-            r#"{"sequence":4,"summaryEvent":{"resourceChanges":{}}}"#
-        )
-        .is_none());
-        assert!(StackOutputs::from_event_log("").is_none());
+        assert!(logged(r#"{"sequence":4,"summaryEvent":{"resourceChanges":{}}}"#).is_none());
+        assert!(logged("").is_none());
         // A stack without outputs.
         let none = r#"{"resOutputsEvent":{"metadata":{"type":"pulumi:pulumi:Stack","new":{"outputs":{}}}}}"#;
-        assert!(StackOutputs::from_event_log(none).unwrap().is_empty());
+        assert!(logged(none).unwrap().is_empty());
     }
 
     #[test]
@@ -408,7 +541,7 @@ mod tests {
         assert!(o.secret.is_empty());
         let mut r = Redactor::default();
         r.add("canary-out-pw");
-        assert_eq!(o.mark_known_secrets(&r), ["dsn", "nested"]);
+        assert_eq!(o.mark_known_secrets(&r, &[]), ["dsn", "nested"]);
         assert_eq!(
             o.secret,
             BTreeSet::from(["dsn".to_string(), "nested".to_string()])
@@ -418,6 +551,99 @@ mod tests {
             s.metadata.annotations.as_ref().unwrap()[SECRETS_ANNOTATION],
             r#"["dsn","nested"]"#
         );
+    }
+
+    #[test]
+    fn outputs_repeating_a_large_secret_become_secret() {
+        let big = "k".repeat(MAX_MASKED_SECRET + 1);
+        let masked = format!(r#"{{"copy": "x{big}y", "other": "z"}}"#);
+        let mut o = StackOutputs::parse(masked.as_bytes(), masked.as_bytes()).unwrap();
+        assert_eq!(o.mark_known_secrets(&Redactor::default(), &[big]), ["copy"]);
+    }
+
+    fn outputs(entries: &[(&str, Value)]) -> StackOutputs {
+        StackOutputs {
+            values: entries
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+            secret: BTreeSet::new(),
+        }
+    }
+
+    #[test]
+    fn fitting_keeps_what_fits_in_name_order_and_says_what_it_left_out() {
+        let small = |i: usize| (format!("o{i:05}"), json!(format!("value {i}")));
+        let mut entries: Vec<(String, Value)> = (0..10_000).map(small).collect();
+        entries.push(("big".into(), json!("b".repeat(SECRET_BUDGET))));
+        entries.push(("a/b".into(), json!(1)));
+        entries.push(("a_b".into(), json!(2)));
+        entries.push(("..x".into(), json!(3)));
+        entries.push(("y".repeat(254), json!(4)));
+        entries.push((String::new(), json!(5)));
+        let refs: Vec<(&str, Value)> = entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        let mut o = outputs(&refs);
+        o.secret.insert("big".into());
+        o.secret.insert("o09999".into());
+        let total = o.values.len();
+        let left = o.fit(64 * 1024);
+        assert_eq!(left.total, total);
+        assert!(left.bytes <= 64 * 1024);
+        // Every output kept is in the budget's bill; secret keys only of kept outputs.
+        let p = payload(&o);
+        let bill: usize = p.data.iter().map(|(k, v)| v.len() + 3 * k.len()).sum();
+        assert!(bill <= 64 * 1024, "{bill}");
+        assert!(p.secret_keys.is_empty(), "{:?}", p.secret_keys);
+        assert_eq!(o.values.len() + left.outputs.len(), total);
+        // In name order: the small ones up to some point, nothing after.
+        let kept: Vec<&String> = o.values.keys().filter(|k| k.starts_with('o')).collect();
+        assert_eq!(
+            kept.last().map(|k| k.as_str()),
+            Some(format!("o{:05}", kept.len() - 1).as_str())
+        );
+        assert_eq!(
+            o.values["a/b"],
+            json!(1),
+            "the first of two names for key a_b"
+        );
+        let why = |name: &str| {
+            left.outputs
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, w)| *w)
+        };
+        assert_eq!(why("big"), Some(Why::TooLarge));
+        assert_eq!(why("a_b"), Some(Why::SameKey));
+        assert_eq!(why("..x"), Some(Why::BadName));
+        assert_eq!(why(""), Some(Why::BadName));
+        assert_eq!(why(&"y".repeat(254)), Some(Why::BadName));
+        assert_eq!(why("o09999"), Some(Why::TooLarge));
+        let m = left.message().unwrap();
+        let too_large = left.outputs.len() - 4;
+        assert!(
+            m.starts_with(&format!(
+                "{} of {total} outputs were left out of the outputs Secret: {too_large} over its 64 KiB (\"big\", \"o0",
+                left.outputs.len()
+            )),
+            "{m}"
+        );
+        assert!(m.contains(&format!("and {} more)", too_large - 5)), "{m}");
+        assert!(
+            m.contains("; 3 whose name cannot be a Secret key (\"\", \"..x\", \"yyyy"),
+            "{m}"
+        );
+        assert!(
+            m.ends_with("; 1 whose Secret key an output before it has (\"a_b\")"),
+            "{m}"
+        );
+        assert!(m.len() < 1024, "{}", m.len());
+        // Nothing left out: no message, nothing changed.
+        let mut few = outputs(&[("a", json!(1))]);
+        assert_eq!(few.fit(SECRET_BUDGET).message(), None);
+        assert_eq!(few.values.len(), 1);
     }
 
     #[test]

@@ -3,6 +3,11 @@
 //! Every command but `version` starts with `--non-interactive`, as the Go Automation API
 //! prepends it. Stack-scoped commands (the operations, `stack history`) get
 //! `PULUMI_DEBUG_COMMANDS=true` (required for `--event-log`) and end with `--stack S`.
+//!
+//! Whatever the user controls goes in as a flag's value (`--stack S`, `--target=U`,
+//! `--plaintext k=v`), which the CLI's flag parser takes whatever it starts with, or after
+//! `--`: a config key, stack or environment name such as `-h` or `--force` is never read as a
+//! flag.
 
 use pulumi_operator_api::plan::{Operation, OperationOptions};
 
@@ -150,13 +155,13 @@ pub fn stack_select_or_create(stack: &str, secrets_provider: Option<&str>) -> In
     inv
 }
 
-/// `P config env add E1 E2… --yes --stack S`.
+/// `P config env add --yes --stack S -- E1 E2…`.
 pub fn config_env_add(stack: &str, environments: &[String]) -> Invocation {
-    let mut inv = Invocation::new(&["config", "env", "add"]);
+    let mut inv = Invocation::new(&["config", "env", "add", "--yes", "--stack", stack, "--"]);
     for e in environments {
         inv = inv.arg(e.as_str());
     }
-    inv.arg("--yes").arg("--stack").arg(stack)
+    inv
 }
 
 /// `P config env ls --stack S --json` (CLI ≥ 3.99; stdout captured): the stack's ESC
@@ -177,13 +182,31 @@ pub fn config_set_all_plaintext(stack: &str, pairs: &[(String, String)]) -> Invo
     inv
 }
 
-/// `P config set --stack S --path KEY --secret` with the value on stdin, so that it never
+/// `P config set --stack S --path --secret -- KEY` with the value on stdin, so that it never
 /// appears in an argv (the CLI reads the value from a non-terminal stdin and removes one
 /// trailing newline, which is why one is appended).
 pub fn config_set_secret(stack: &str, key: &str, value: &str) -> Invocation {
-    let mut inv = Invocation::new(&["config", "set", "--stack", stack, "--path", key, "--secret"]);
+    let mut inv = Invocation::new(&[
+        "config", "set", "--stack", stack, "--path", "--secret", "--", key,
+    ]);
     inv.stdin = Some(format!("{value}\n"));
     inv
+}
+
+/// `P config set --stack S --path --plaintext -- KEY VALUE`: for a key that `set-all` and
+/// `--config` cannot take, as they split `k=v` at the first `=` of the key.
+pub fn config_set_plaintext(stack: &str, key: &str, value: &str) -> Invocation {
+    Invocation::new(&[
+        "config",
+        "set",
+        "--stack",
+        stack,
+        "--path",
+        "--plaintext",
+        "--",
+        key,
+        value,
+    ])
 }
 
 /// `P config set-all --stack S --json DOC` (CLI ≥ 3.202.0) for structured values.
@@ -430,9 +453,10 @@ pub fn stack_export(stack: &str) -> Invocation {
     inv
 }
 
-/// `P stack rm --yes S` (after a destroy with `remove`, as the SDK does).
+/// `P stack rm --yes -- S` (after a destroy with `remove`, as the SDK does; a stack named
+/// `-h` would otherwise print the help and exit 0, leaving the stack).
 pub fn stack_rm(stack: &str) -> Invocation {
-    Invocation::new(&["stack", "rm", "--yes", stack])
+    Invocation::new(&["stack", "rm", "--yes", "--", stack])
 }
 
 /// A CLI version (`vX.Y.Z`).
@@ -514,7 +538,7 @@ mod tests {
         );
         assert_eq!(
             argv(&config_env_add("dev", &["proj/a".into(), "proj/b".into()])),
-            "--non-interactive config env add proj/a proj/b --yes --stack dev"
+            "--non-interactive config env add --yes --stack dev -- proj/a proj/b"
         );
         assert_eq!(
             argv(&config_env_ls("dev")),
@@ -533,7 +557,7 @@ mod tests {
         assert!(debug_env(&h) && h.capture_stdout);
         assert_eq!(
             argv(&stack_rm("dev")),
-            "--non-interactive stack rm --yes dev"
+            "--non-interactive stack rm --yes -- dev"
         );
     }
 
@@ -571,7 +595,7 @@ mod tests {
         let secret = config_set_secret("dev", "p:[\"pw\"]", "hunter2");
         assert_eq!(
             argv(&secret),
-            "--non-interactive config set --stack dev --path p:[\"pw\"] --secret"
+            "--non-interactive config set --stack dev --path --secret -- p:[\"pw\"]"
         );
         assert_eq!(secret.stdin.as_deref(), Some("hunter2\n"));
         assert!(!format!("{secret:?}").contains("hunter2"));
@@ -589,6 +613,51 @@ mod tests {
             "pulumi --non-interactive config set-all --stack dev --json [secret]"
         );
         assert!(!format!("{json:?}").contains("objectValue"));
+    }
+
+    #[test]
+    fn option_shaped_names_are_never_flags() {
+        // Every user-controlled word is after `--` or glued to its flag (`--flag=v`), or is
+        // the value of a flag that takes one (`--stack S`, `--plaintext k=v`).
+        let after_dash_dash = |inv: &Invocation, word: &str| {
+            let dd = inv.args.iter().position(|a| a == "--");
+            let at = inv.args.iter().position(|a| a == word);
+            assert!(
+                matches!((dd, at), (Some(d), Some(w)) if d < w),
+                "{word} is not after --: {}",
+                argv(inv)
+            );
+        };
+        let secret = config_set_secret("dev", "-h:[\"k\"]", "v");
+        after_dash_dash(&secret, "-h:[\"k\"]");
+        let plain = config_set_plaintext("dev", "p:[\"a=b\"]", "--force");
+        assert_eq!(
+            argv(&plain),
+            "--non-interactive config set --stack dev --path --plaintext -- p:[\"a=b\"] --force"
+        );
+        after_dash_dash(&config_env_add("dev", &["-x".into()]), "-x");
+        after_dash_dash(&stack_rm("-h"), "-h");
+        // Flag values, in whichever form the flag takes them.
+        assert_eq!(
+            argv(&stack_select_or_create("--yes", None)),
+            "--non-interactive stack select --create --stack --yes"
+        );
+        assert!(argv(&config_set_all_plaintext(
+            "dev",
+            &[("--secret:[\"k\"]".into(), "-v".into())]
+        ))
+        .ends_with("--plaintext --secret:[\"k\"]=-v"));
+        let o = OperationOptions {
+            target: vec!["--help".into()],
+            replace: vec!["-h".into()],
+            message: Some("--yes".into()),
+            ..Default::default()
+        };
+        let up = operation(Operation::Up, "-s", &o, &ctx());
+        for glued in ["--target=--help", "--replace=-h", "--message=--yes"] {
+            assert!(up.args.iter().any(|a| a == glued), "{}", argv(&up));
+        }
+        assert!(argv(&up).ends_with("--stack -s"));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use crate::classify::classify;
 use crate::config::{self, Process};
 use crate::error::Failure;
+use crate::eventlog::EventLog;
 use crate::exec::{Outcome, Runner};
 use crate::outputs::{self, StackOutputs};
 use crate::plan::{project_info, read_project, Layout};
@@ -18,7 +19,6 @@ use pulumi_operator_api::plan::{
 };
 use pulumi_operator_api::policy::PolicyReport;
 use pulumi_operator_api::{ProjectInfo, ResourceChange};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -511,11 +511,11 @@ async fn run_inner(
         run_retrying_conflicts(&runner, &inv, opts, retry, plan)
     })
     .await?;
+    // Read once, streaming: it holds a line for every line the program printed.
+    let mut events = EventLog::read(&event_log);
     if !packs.is_empty() {
-        after.policy = Some(crate::policy::report::from_event_log(
-            &std::fs::read_to_string(&event_log).unwrap_or_default(),
-            packs.iter().map(|p| p.label()).collect(),
-        ));
+        let violations = std::mem::take(&mut events.violations);
+        after.policy = Some(violations.report(packs.iter().map(|p| p.label()).collect()));
     }
     // Not after an interruption: the pod is being stopped, and the count can wait for the
     // next operation.
@@ -528,11 +528,13 @@ async fn run_inner(
 
     let mut result = succeeded(format!("{} succeeded", op.as_str()));
     result.permalink = out.observed.permalink.clone();
-    summarize(&runner, plan, &event_log, &mut result).await;
+    // An update's event log holds the outputs (secret ones masked).
+    let logged = (op == Operation::Up).then(|| events.outputs()).flatten();
+    summarize(&runner, plan, events, &mut result).await;
     if let (Operation::Preview, Some(file)) = (op, plan_file.as_ref()) {
         hand_over_saved_plan(plan, file, &mut result)?;
     }
-    finish_operation(&runner, plan, &options, &event_log, redactor, &mut result).await?;
+    finish_operation(&runner, plan, &options, logged, redactor, &mut result).await?;
     Ok(result)
 }
 
@@ -591,13 +593,14 @@ fn operation_context(
     Ok((ctx, event_log, plan_file))
 }
 
-/// After a successful up, refresh or destroy: the outputs handed over, and the stack removed
-/// when the destroy says so.
+/// After a successful up, refresh or destroy: the outputs handed over (those the outputs
+/// Secret can hold; the result's message names the others), and the stack removed when the
+/// destroy says so.
 async fn finish_operation(
     runner: &Runner,
     plan: &RunPlan,
     options: &pulumi_operator_api::plan::OperationOptions,
-    event_log: &Path,
+    logged: Option<StackOutputs>,
     redactor: &mut Redactor,
     result: &mut RunResult,
 ) -> Result<(), Failure> {
@@ -605,13 +608,12 @@ async fn finish_operation(
     let stack = plan.stack.name.as_str();
     let remove = op == Operation::Destroy && options.remove;
     if op != Operation::Preview && !remove {
-        // An update's event log holds the outputs (secret ones masked): the CLI is asked
-        // again only for secret values, or when the log has none.
-        let logged = (op == Operation::Up)
-            .then(|| std::fs::read_to_string(event_log).ok())
-            .flatten()
-            .and_then(|text| StackOutputs::from_event_log(&text));
-        let outputs = read_outputs(runner, stack, logged, redactor).await?;
+        // The CLI is asked again only for secret values, or when the log has no outputs.
+        let mut outputs = read_outputs(runner, stack, logged, redactor).await?;
+        if let Some(note) = outputs.fit(outputs::SECRET_BUDGET).message() {
+            log(&note);
+            result.message = format!("{}; {note}", result.message);
+        }
         deliver_outputs(plan, &outputs, result).await?;
     }
     if remove {
@@ -662,19 +664,19 @@ fn refresh_failure(out: &Outcome) -> Failure {
 }
 
 /// The operation's summary and, for a preview, the changes an `up` would make.
-async fn summarize(runner: &Runner, plan: &RunPlan, event_log: &Path, result: &mut RunResult) {
+async fn summarize(runner: &Runner, plan: &RunPlan, mut events: EventLog, result: &mut RunResult) {
     let op = plan.operation;
     // The event log's summary is what `stack history` would record; the history is read
     // only when the log has none (a CLI that wrote no summary event).
-    result.summary = match summary_from_event_log(event_log) {
+    result.summary = match events.summary.take() {
         Some(summary) => Some(summary),
         None if op != Operation::Preview => history_summary(runner, plan.stack.name.as_str()).await,
         None => None,
     };
     if op == Operation::Preview {
         // What an `up` would change: a drift check's finding (src/stack/drift.rs).
-        if let Ok(text) = std::fs::read_to_string(event_log) {
-            let changes = planned_changes(&text);
+        if events.found {
+            let changes = events.changes();
             log(format!("{} resource(s) would change", changes.len()));
             result.changed = Some(changes.len() as i64);
             result.changes = changes
@@ -1064,6 +1066,7 @@ async fn read_outputs(
         Some(mut outputs) => {
             let revealed = runner.run(&pulumi::stack_output(stack, true)).await?;
             check(&revealed, "stack output --show-secrets")?;
+            whole_capture(&revealed)?;
             outputs.reveal(&revealed.stdout).map_err(in_failure)?;
             outputs
         }
@@ -1078,19 +1081,16 @@ async fn read_outputs(
             let (masked, revealed) = (masked?, revealed?);
             check(&masked, "stack output")?;
             check(&revealed, "stack output --show-secrets")?;
+            whole_capture(&masked).and(whole_capture(&revealed))?;
             StackOutputs::parse(&masked.stdout, &revealed.stdout).map_err(in_failure)?
         }
     };
-    for key in &outputs.secret {
-        if let Some(v) = outputs.values.get(key) {
-            config::remember_secret_value(redactor, v);
-        }
-    }
+    let large = remember_secret_outputs(&outputs, redactor);
     crate::redact::remember(redactor);
     // An output Pulumi does not consider secret may still hold a secret value (an environment
     // variable's, a config value's): it is reported as secret so that the operator never
     // copies it into the Stack's status.
-    let leaking = outputs.mark_known_secrets(&crate::redact::current());
+    let leaking = outputs.mark_known_secrets(&crate::redact::current(), &large);
     if !leaking.is_empty() {
         log(format!(
             "outputs holding secret values are reported as secret: {}",
@@ -1098,6 +1098,43 @@ async fn read_outputs(
         ));
     }
     Ok(outputs)
+}
+
+/// Remembers the secret outputs' values in `redactor`; returns those too long for it
+/// ([`outputs::MAX_MASKED_SECRET`]).
+fn remember_secret_outputs(outputs: &StackOutputs, redactor: &mut Redactor) -> Vec<String> {
+    let mut large = Vec::new();
+    for key in &outputs.secret {
+        let Some(v) = outputs.values.get(key) else {
+            continue;
+        };
+        for text in config::secret_texts(v) {
+            if text.len() > outputs::MAX_MASKED_SECRET {
+                large.push(text);
+            } else {
+                redactor.add(&text);
+            }
+        }
+    }
+    large
+}
+
+/// `stack output` printed more than the runner keeps ([`crate::exec::MAX_CAPTURE`]): the
+/// document is cut, and the reason is its size, not its syntax.
+fn whole_capture(out: &Outcome) -> Result<(), Failure> {
+    if out.stdout.len() < crate::exec::MAX_CAPTURE {
+        return Ok(());
+    }
+    Err(Failure::new(
+        FailureReason::UpdateFailed,
+        format!(
+            "the operation succeeded, but the stack's outputs are over {} MiB, more than the \
+             runner reads (the outputs Secret holds at most {} KiB of them): make the largest \
+             outputs smaller",
+            crate::exec::MAX_CAPTURE / (1024 * 1024),
+            outputs::SECRET_BUDGET / 1024
+        ),
+    ))
 }
 
 /// The summary of the last update (`stack history`), or `None` with a log line.
@@ -1128,75 +1165,18 @@ pub fn parse_history(json: &[u8]) -> Option<Summary> {
             .get("result")
             .and_then(serde_json::Value::as_str)
             .map(str::to_string),
-        resource_changes: changes(first.get("resourceChanges")),
+        resource_changes: crate::eventlog::resource_changes(first.get("resourceChanges")),
     })
 }
 
 /// The `summaryEvent` of an event log.
 pub fn summary_from_event_log(path: &Path) -> Option<Summary> {
-    let text = std::fs::read_to_string(path).ok()?;
-    text.lines().rev().find_map(|line| {
-        let event: serde_json::Value = serde_json::from_str(line).ok()?;
-        let s = event.get("summaryEvent")?;
-        Some(Summary {
-            result: Some(
-                s.get("result")
-                    .and_then(serde_json::Value::as_str)
-                    .unwrap_or("succeeded")
-                    .to_string(),
-            ),
-            resource_changes: changes(s.get("resourceChanges")),
-        })
-    })
+    EventLog::read(path).summary
 }
 
-/// The resources a preview's event log says an `up` would change, one entry per resource (a
-/// replacement's three steps are one `replace`), in the order of the log. Refresh steps, reads
-/// and unchanged resources are not changes.
+/// The resources a preview's event log says an `up` would change ([`EventLog::changes`]).
 pub fn planned_changes(event_log: &str) -> Vec<ResourceChange> {
-    let mut out: Vec<ResourceChange> = Vec::new();
-    for line in event_log.lines() {
-        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        let Some(meta) = event.pointer("/resourcePreEvent/metadata") else {
-            continue;
-        };
-        let (Some(op), Some(urn)) = (
-            meta.get("op").and_then(serde_json::Value::as_str),
-            meta.get("urn").and_then(serde_json::Value::as_str),
-        ) else {
-            continue;
-        };
-        let operation = match op {
-            "create" | "update" | "delete" | "replace" => op,
-            "create-replacement" | "delete-replaced" | "discard-replaced" => "replace",
-            _ => continue,
-        };
-        match out.iter_mut().find(|c| c.urn == urn) {
-            // A replacement is announced by several steps: it stays one `replace`.
-            Some(seen) => {
-                if operation == "replace" {
-                    seen.operation = "replace".into();
-                }
-            }
-            None => out.push(ResourceChange {
-                urn: urn.to_string(),
-                operation: operation.to_string(),
-            }),
-        }
-    }
-    out
-}
-
-fn changes(v: Option<&serde_json::Value>) -> BTreeMap<String, i64> {
-    v.and_then(serde_json::Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_i64()?)))
-                .collect()
-        })
-        .unwrap_or_default()
+    EventLog::from_text(event_log).changes()
 }
 
 #[cfg(test)]
@@ -1310,6 +1290,21 @@ mod tests {
         assert!(packs_run_by(&pack_plan(Operation::Refresh)).is_empty());
         assert!(packs_run_by(&pack_plan(Operation::Destroy)).is_empty());
         assert_eq!(packs_run_by(&pack_plan(Operation::Up)).len(), 1);
+    }
+
+    #[test]
+    fn outputs_cut_by_the_capture_cap_fail_for_their_size() {
+        let mut out = failed("", Some(0));
+        out.stdout = b"{\"a\": 1}".to_vec();
+        assert!(whole_capture(&out).is_ok());
+        out.stdout = vec![b' '; crate::exec::MAX_CAPTURE];
+        let f = whole_capture(&out).unwrap_err();
+        assert_eq!(f.reason, FailureReason::UpdateFailed);
+        assert!(
+            f.message.contains("outputs are over 64 MiB"),
+            "{}",
+            f.message
+        );
     }
 
     #[test]

@@ -139,7 +139,7 @@ fn up_with_plain_structured_and_secret_config_then_up_again() {
     }
     assert!(
         ran.stderr
-            .contains(r#"config set --stack dev --path proj:["creds"]["password"] --secret"#),
+            .contains(r#"config set --stack dev --path --secret -- proj:["creds"]["password"]"#),
         "{}",
         ran.stderr
     );
@@ -479,6 +479,61 @@ fn destroy_with_remove() {
     p.stack.create = false;
     w.run("run", &p, &[])
         .assert_failed(FailureReason::StackNotFound);
+}
+
+/// Config keys, values and a stack name shaped like the CLI's flags are set and used as
+/// such: the runner passes them after `--` or as a flag's value, never where the CLI's flag
+/// parser would read them as flags (`--secret:token` was "unknown flag", a stack named `-h`
+/// was "removed" by printing `stack rm`'s help).
+#[test]
+fn option_shaped_config_keys_and_stack_names_are_not_flags() {
+    let w = World::new();
+    w.fetch_program(
+        "name: proj\nruntime: yaml\nconfig:\n  plain: {type: string}\nresources:\n  rec:\n    \
+         type: standin:index:Record\n    properties:\n      v: ${plain}\noutputs:\n  v: ${rec.v}\n",
+    );
+    let secret = |key: &str, v: &str| ConfigItem {
+        secret: Some(true),
+        ..value(key, json!(v))
+    };
+    let mut p = plan(Operation::Up, None);
+    p.stack.name = "-h".into();
+    p.stack.config = vec![
+        secret("--secret:token", "dash-secret-4711"),
+        secret("-x:k", "dash-secret-0815"),
+        value("plain", json!("--force")),
+        value("a=b", json!("-v")),
+        value("--help", json!("--yes")),
+    ];
+    let ran = w.run("run", &p, &[]);
+    ran.assert_ok();
+    let stack_yaml = std::fs::read_to_string(w.workspace().join("Pulumi.-h.yaml")).unwrap();
+    let doc: serde_norway::Value = serde_norway::from_str(&stack_yaml).unwrap();
+    let config = &doc["config"];
+    for key in ["--secret:token", "-x:k"] {
+        assert!(config[key]["secure"].is_string(), "{key}:\n{stack_yaml}");
+    }
+    assert_eq!(
+        config["proj:a=b"],
+        serde_norway::Value::from("-v"),
+        "{stack_yaml}"
+    );
+    assert_eq!(config["proj:--help"], serde_norway::Value::from("--yes"));
+    let outputs = w.pulumi(&["stack", "output", "--json", "--stack", "-h"]);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&outputs).unwrap()["v"],
+        json!("--force")
+    );
+    for s in ["dash-secret-4711", "dash-secret-0815"] {
+        assert!(!ran.stderr.contains(s) && !ran.stdout.contains(s), "{s}");
+    }
+
+    let mut p = plan(Operation::Destroy, None);
+    p.stack.name = "-h".into();
+    p.options.remove = true;
+    w.run("run", &p, &[]).assert_ok();
+    let stacks = w.pulumi(&["stack", "ls", "--json"]);
+    assert!(!stacks.contains("\"-h\""), "the stack is left: {stacks}");
 }
 
 #[test]

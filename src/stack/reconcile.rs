@@ -1626,7 +1626,9 @@ fn update_metrics(ctx: &Context, stack: &Stack, status: &StackStatus) {
 
 /// The outputs of a successful Update. Only the Secret `<update>-stack-outputs` owned by this
 /// Update is read (what the pod reported is not trusted further); a missing Secret means no
-/// outputs; an error reading it is retried rather than losing the outputs.
+/// outputs; an error reading it is retried rather than losing the outputs. `status.outputs`
+/// keeps those that fit [`status::MAX_STATUS_OUTPUTS_BYTES`]; a Warning Event on the Stack
+/// names what was left out (there, or by the runner from the Secret).
 async fn read_outputs(
     ctx: &Context,
     ns: &str,
@@ -1660,10 +1662,32 @@ async fn read_outputs(
             .get(names::SECRETS_ANNOTATION)
             .map(String::as_str),
     );
-    Ok(Some(status::outputs_from_secret(
-        &secret.data.clone().unwrap_or_default(),
-        &keys,
-    )))
+    let mut outputs = status::outputs_from_secret(&secret.data.unwrap_or_default(), &keys);
+    let total = outputs.len();
+    let left_out = status::fit_status_outputs(&mut outputs, status::MAX_STATUS_OUTPUTS_BYTES);
+    let message = update.status.as_ref().and_then(|s| s.message.as_deref());
+    if let Some(note) = status::outputs_left_out_note(message, &name, &left_out, total) {
+        warn!(secret = %name, left_out = left_out.len(), "outputs left out");
+        // The Stack is the Update's controller: its reference, without reading it again.
+        let stack = update
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))
+            .map(|o| k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some(o.api_version.clone()),
+                kind: Some(o.kind.clone()),
+                name: Some(o.name.clone()),
+                uid: Some(o.uid.clone()),
+                namespace: Some(ns.to_string()),
+                ..Default::default()
+            });
+        if let Some(stack) = stack {
+            let reason = status::REASON_OUTPUTS_LEFT_OUT;
+            ctx.publish(&stack, EventType::Warning, reason, "Reconcile", note)
+                .await;
+        }
+    }
+    Ok(Some(outputs))
 }
 
 fn record_finished_update(ctx: &Context, update: &Update) {

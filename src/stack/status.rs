@@ -315,6 +315,74 @@ pub fn secret_keys(annotation: Option<&str>) -> BTreeSet<String> {
         .collect()
 }
 
+/// The most `status.outputs` holds, in bytes of JSON (each name counted twice, as the field
+/// manager lists it too): whatever an outputs Secret holds (up to 1 MiB), the Stack stays far
+/// below etcd's 1.5 MiB, and its status can always be written.
+pub const MAX_STATUS_OUTPUTS_BYTES: usize = 512 * 1024;
+
+/// The Event on a Stack whose outputs were not all kept (in the outputs Secret or in
+/// `status.outputs`).
+pub const REASON_OUTPUTS_LEFT_OUT: &str = "OutputsLeftOut";
+
+/// Keeps the outputs `status.outputs` can hold within `budget` bytes, in name order (each that
+/// still fits: a large one does not push out the smaller ones after it); returns the names of
+/// the others.
+pub fn fit_status_outputs(
+    outputs: &mut BTreeMap<String, serde_json::Value>,
+    budget: usize,
+) -> Vec<String> {
+    let mut used = 0usize;
+    let mut left_out = Vec::new();
+    outputs.retain(|name, value| {
+        let cost = 2 * name.len() + value.to_string().len() + 8;
+        if used + cost > budget {
+            left_out.push(name.clone());
+            return false;
+        }
+        used += cost;
+        true
+    });
+    left_out
+}
+
+/// The note of [`REASON_OUTPUTS_LEFT_OUT`]: what the runner left out of the outputs Secret (the
+/// part of the Update's `message` that says so), and what `status.outputs` leaves out of the
+/// Secret `secret` (`total` outputs); `None` when nothing was left out. Names only, never values.
+pub fn outputs_left_out_note(
+    update_message: Option<&str>,
+    secret: &str,
+    left_out: &[String],
+    total: usize,
+) -> Option<String> {
+    let runner = update_message
+        .and_then(|m| m.split_once("; "))
+        .map(|(_, rest)| rest)
+        .filter(|rest| rest.contains(pulumi_operator_api::sealed::OUTPUTS_LEFT_OUT));
+    let status = (!left_out.is_empty()).then(|| {
+        let mut shown: Vec<String> = left_out
+            .iter()
+            .take(5)
+            .map(|n| format!("{:?}", n.chars().take(64).collect::<String>()))
+            .collect();
+        if left_out.len() > 5 {
+            shown.push(format!("and {} more", left_out.len() - 5));
+        }
+        format!(
+            "{} of the {total} outputs in the Secret {secret} are left out of status.outputs, \
+             which holds at most {} KiB: {}",
+            left_out.len(),
+            MAX_STATUS_OUTPUTS_BYTES / 1024,
+            shown.join(", ")
+        )
+    });
+    match (runner, status) {
+        (None, None) => None,
+        (Some(r), None) => Some(r.to_string()),
+        (None, Some(s)) => Some(s),
+        (Some(r), Some(s)) => Some(format!("{r}. {s}")),
+    }
+}
+
 /// The project a finished operation ran (`status.projectInfo`, what a destroy without the
 /// source needs). A success records it. A failure may still have deployed resources, so it
 /// records the first project known, and a deleted `destroyOnFinalize` Stack whose every
@@ -870,5 +938,77 @@ mod tests {
         assert_eq!(out["password"], "[secret]");
         assert_eq!(out["count"], 3);
         assert!(secret_keys(Some("not json")).is_empty());
+    }
+
+    #[test]
+    fn status_outputs_keep_what_fits_in_name_order() {
+        // A Secret's worth of outputs: 10,000 of 100 bytes, and one of 900 KiB.
+        let mut data: BTreeMap<String, ByteString> = (0..10_000)
+            .map(|i| {
+                let value = format!("\"{}\"", "v".repeat(98));
+                (format!("o{i:05}"), ByteString(value.into_bytes()))
+            })
+            .collect();
+        data.insert(
+            "big".into(),
+            ByteString(format!("\"{}\"", "b".repeat(900 * 1024)).into_bytes()),
+        );
+        data.insert("a-pw".into(), ByteString(b"\"hunter2\"".to_vec()));
+        let mut out = outputs_from_secret(&data, &secret_keys(Some(r#"["a-pw"]"#)));
+        let left = fit_status_outputs(&mut out, MAX_STATUS_OUTPUTS_BYTES);
+        let json = serde_json::to_string(&out).unwrap();
+        assert!(
+            json.len() + out.keys().map(String::len).sum::<usize>() <= MAX_STATUS_OUTPUTS_BYTES
+        );
+        assert_eq!(left[0], "big");
+        assert!(left.contains(&"o09999".to_string()));
+        assert!(
+            !left.contains(&"a-pw".to_string()),
+            "a secret costs its placeholder"
+        );
+        assert_eq!(out["a-pw"], "[secret]");
+        assert_eq!(out.len() + left.len(), 10_002);
+        let kept = out.keys().filter(|k| k.starts_with('o')).count();
+        assert!(
+            out.contains_key(&format!("o{:05}", kept - 1)),
+            "a prefix of the names"
+        );
+
+        let note = outputs_left_out_note(
+            Some("up succeeded; 3 of 9 outputs were left out of the outputs Secret: 3 over its 960 KiB (\"a\", \"b\", \"c\")"),
+            "s-up-1-stack-outputs",
+            &left,
+            10_002,
+        )
+        .unwrap();
+        assert!(
+            note.starts_with("3 of 9 outputs were left out of the outputs Secret: 3 over its 960 KiB (\"a\", \"b\", \"c\"). "),
+            "{note}"
+        );
+        assert!(
+            note.contains(&format!(
+                "{} of the 10002 outputs in the Secret s-up-1-stack-outputs are left out of status.outputs, which holds at most 512 KiB: \"big\", \"o0",
+                left.len()
+            )),
+            "{note}"
+        );
+        assert!(
+            note.ends_with(&format!("and {} more", left.len() - 5)),
+            "{note}"
+        );
+        assert_eq!(
+            outputs_left_out_note(Some("up succeeded"), "s", &[], 1),
+            None
+        );
+        assert_eq!(
+            outputs_left_out_note(
+                Some("up succeeded; 1 of 2 outputs were left out of the outputs Secret: x"),
+                "s",
+                &[],
+                1
+            )
+            .as_deref(),
+            Some("1 of 2 outputs were left out of the outputs Secret: x")
+        );
     }
 }

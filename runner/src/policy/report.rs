@@ -13,43 +13,59 @@ use std::collections::BTreeMap;
 /// once, with its first message; the counts exact, the items at most
 /// [`MAX_REPORTED_VIOLATIONS`], mandatory ones first.
 pub fn from_event_log(event_log: &str, packs: Vec<String>) -> PolicyReport {
-    let mut seen: BTreeMap<(String, String, String), PolicyViolation> = BTreeMap::new();
+    let mut seen = Violations::default();
     for line in event_log.lines() {
-        let Some(v) = violation(line) else {
-            continue;
-        };
+        if let Ok(event) = serde_json::from_str::<serde_json::Value>(line) {
+            if let Some(e) = event.get("policyEvent") {
+                seen.add(e);
+            }
+        }
+    }
+    seen.report(packs)
+}
+
+/// The violations of an event log so far, each (pack, policy, resource) once.
+#[derive(Debug, Default)]
+pub struct Violations(BTreeMap<(String, String, String), PolicyViolation>);
+
+impl Violations {
+    /// Takes in one `policyEvent`.
+    pub fn add(&mut self, event: &serde_json::Value) {
+        let v = violation(event);
         let key = (v.pack.clone(), v.policy.clone(), v.urn.clone());
-        match seen.get_mut(&key) {
+        match self.0.get_mut(&key) {
             // Reported at two levels (cannot happen with one pack): the stricter one counts.
             Some(first) if v.is_mandatory() => first.enforcement_level = v.enforcement_level,
             Some(_) => {}
             None => {
-                seen.insert(key, v);
+                self.0.insert(key, v);
             }
         }
     }
-    let mut items: Vec<PolicyViolation> = seen.into_values().collect();
-    // Mandatory first, then by pack, policy and resource (the map's order, kept by a stable
-    // sort).
-    items.sort_by_key(|v| !v.is_mandatory());
-    let violations = items.len() as i64;
-    let mandatory = items.iter().filter(|v| v.is_mandatory()).count() as i64;
-    items.truncate(MAX_REPORTED_VIOLATIONS);
-    PolicyReport {
-        packs,
-        violations,
-        mandatory,
-        items,
-        // The operator knows which packs it asked for, and whether its check failed.
-        digest: None,
-        check_failure: None,
+
+    /// The report of one operation (see [`from_event_log`]).
+    pub fn report(self, packs: Vec<String>) -> PolicyReport {
+        let mut items: Vec<PolicyViolation> = self.0.into_values().collect();
+        // Mandatory first, then by pack, policy and resource (the map's order, kept by a
+        // stable sort).
+        items.sort_by_key(|v| !v.is_mandatory());
+        let violations = items.len() as i64;
+        let mandatory = items.iter().filter(|v| v.is_mandatory()).count() as i64;
+        items.truncate(MAX_REPORTED_VIOLATIONS);
+        PolicyReport {
+            packs,
+            violations,
+            mandatory,
+            items,
+            // The operator knows which packs it asked for, and whether its check failed.
+            digest: None,
+            check_failure: None,
+        }
     }
 }
 
-/// The violation one event-log line reports, if it is a `policyEvent`.
-fn violation(line: &str) -> Option<PolicyViolation> {
-    let event: serde_json::Value = serde_json::from_str(line).ok()?;
-    let e = event.get("policyEvent")?;
+/// The violation a `policyEvent` reports.
+fn violation(e: &serde_json::Value) -> PolicyViolation {
     let text = |k: &str| {
         e.get(k)
             .and_then(serde_json::Value::as_str)
@@ -61,13 +77,13 @@ fn violation(line: &str) -> Option<PolicyViolation> {
         "mandatory" => "mandatory",
         _ => "advisory",
     };
-    Some(PolicyViolation {
+    PolicyViolation {
         pack: text("policyPackName"),
         policy: text("policyName"),
         urn: text("resourceUrn"),
         message: clean_message(&text("message")),
         enforcement_level: level.to_string(),
-    })
+    }
 }
 
 /// A message as a status can show it: without Pulumi's colour markup (`<{%fg 1%}>`) or ANSI
