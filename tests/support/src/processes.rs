@@ -186,6 +186,16 @@ impl ProcessObserver {
         self.log.lock().map(|l| l.overlaps()).unwrap_or_default()
     }
 
+    /// The overlaps of the stacks whose backend is `backend` (the host may run other tests'
+    /// Pulumi processes meanwhile).
+    pub fn overlaps_in(&self, backend: &str) -> Vec<String> {
+        let prefix = format!("{backend}|");
+        self.overlaps()
+            .into_iter()
+            .filter(|o| o.starts_with(&prefix))
+            .collect()
+    }
+
     /// Every process seen for the stack named `needle`.
     pub fn seen(&self, needle: &str) -> Vec<Seen> {
         self.log.lock().map(|l| l.of(needle)).unwrap_or_default()
