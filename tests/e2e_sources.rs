@@ -714,12 +714,7 @@ const SSRF_PASSWORD: &str = "pw-ssrf-2718281828";
 async fn repositories_at_internal_hosts_are_refused_without_being_contacted() {
     let f = Fixture::new("ssrf").await;
     let server = LoggedGitServer::start(&f.root, &[]);
-    let port = server
-        .url
-        .rsplit(':')
-        .next()
-        .unwrap_or_default()
-        .to_string();
+    let port = server.port();
     // (Stack, URL, the host the message names, why it is refused). `localhost` has a git
     // server listening behind it: the test install allows the address 127.0.0.1, not the name.
     let cases = [

@@ -458,12 +458,7 @@ mod tests {
         let (_repo, sha) = repo_with_a_commit(root.path());
         let server = test_support::LoggedGitServer::start(root.path(), &[]);
         let cancel = || Cancel::new(std::time::Instant::now() + TIMEOUT);
-        let port = server
-            .url
-            .rsplit(':')
-            .next()
-            .unwrap_or_default()
-            .to_string();
+        let port = server.port();
         let none = AllowList::default();
         for url in [
             format!("{}/app.git", server.url),

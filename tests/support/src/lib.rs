@@ -791,6 +791,11 @@ pub struct LoggedGitServer {
 }
 
 impl LoggedGitServer {
+    /// The port it listens on (the end of its URL).
+    pub fn port(&self) -> String {
+        self.url.rsplit(':').next().unwrap_or_default().to_string()
+    }
+
     pub fn start(root: &std::path::Path, args: &[&str]) -> LoggedGitServer {
         use std::io::BufRead;
         let script = repo_root().join("tests/git-http-server.py");
