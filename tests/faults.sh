@@ -6,6 +6,10 @@
 #                                                    again with its own command line, wait for /readyz
 #   tests/faults.sh apiserver-pause SECONDS           SIGSTOP kube-apiserver for SECONDS, then SIGCONT:
 #                                                    calls hang and time out instead of failing fast
+#   tests/faults.sh controller-manager-pause SECONDS  SIGSTOP kube-controller-manager for SECONDS,
+#                                                    then SIGCONT: its controllers (Jobs, garbage
+#                                                    collection, node lifecycle) act on nothing
+#                                                    meanwhile, as when their informers lag
 #   tests/faults.sh etcd-restart                      SIGKILL etcd and start it again on the same data
 #   tests/faults.sh etcd-compact                      compact etcd's history to its current revision,
 #                                                    defragment it, and restart kube-apiserver
@@ -170,6 +174,14 @@ case "${1:-}" in
     kill -CONT "$pid"
     wait_api_ready
     log "kube-apiserver paused for ${secs}s"
+    ;;
+  controller-manager-pause)
+    secs="${2:?usage: $0 controller-manager-pause SECONDS}"
+    pid="$(pid_of controller-manager)"
+    kill -STOP "$pid"
+    sleep "$secs"
+    kill -CONT "$pid"
+    log "kube-controller-manager paused for ${secs}s"
     ;;
   etcd-restart)
     stop_process etcd KILL

@@ -38,7 +38,8 @@ pub struct CachedPodTemplate {
     pub spec: Option<CachedPodSpec>,
 }
 
-/// A pod spec reduced to the volumes that mount a claim, and the node it was placed on.
+/// A pod spec reduced to the volumes that mount a claim, the node it was placed on and its
+/// scheduling gates.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 pub struct CachedPodSpec {
     #[serde(default, deserialize_with = "claim_volumes")]
@@ -46,6 +47,13 @@ pub struct CachedPodSpec {
     /// Named when the pod is lost with its node.
     #[serde(rename = "nodeName", default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
+    /// What still holds the pod back from the scheduler (the operator's one-pod gate).
+    #[serde(
+        rename = "schedulingGates",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub scheduling_gates: Option<Vec<k8s_openapi::api::core::v1::PodSchedulingGate>>,
 }
 
 /// A volume that may mount a claim; other volume sources are not kept.

@@ -440,7 +440,10 @@ impl<'a> Pass<'a> {
     fn wait_for_leftover_pods(&mut self) -> Option<Action> {
         let pods = self.ctx.stores.pods_of_stack(&self.ns, &self.name);
         let now = self.now.0;
-        let leftover = pods.iter().find(|p| !pod_ended(p))?;
+        // A pod still behind its gate never ran, and no finished operation lets it through.
+        let leftover = pods
+            .iter()
+            .find(|p| !pod_ended(p) && crate::update::admission::gate_index(p).is_none())?;
         let pod = leftover.name_any();
         let (reason, message) = match unconfirmed_stop(leftover, now) {
             Some(m) => (REASON_NODE_UNREACHABLE, m),

@@ -504,7 +504,13 @@ pub fn build_job(
     shape: JobShape,
 ) -> Result<Job, serde_json::Error> {
     let ours = operator_pod_spec(update, ws, cfg, shape);
-    let (pod_meta, pod_spec) = merge_pod_template(ws, ours, job_labels(update))?;
+    let (pod_meta, mut pod_spec) = merge_pod_template(ws, ours, job_labels(update))?;
+    // The operator lets one pod of the Job through (see `admission`).
+    pod_spec.scheduling_gates.get_or_insert_with(Vec::new).push(
+        k8s_openapi::api::core::v1::PodSchedulingGate {
+            name: crate::update::admission::GATE.into(),
+        },
+    );
     let deadline = update
         .spec
         .operation_timeout_seconds

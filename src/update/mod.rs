@@ -2,6 +2,7 @@
 //! server) starts the Job, follows it and hands its outputs over; the pure parts build the Job
 //! (`job`, `cache`, `objects`) and fold the Job and its pod into the Update's status (`status`);
 //! `errors` says, typed, why an Update cannot go on.
+pub mod admission;
 pub mod annotations;
 pub mod cache;
 pub mod errors;

@@ -321,7 +321,15 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
     let mut pods = ctx.stores.pods_of_update(&ns, &update.name_any());
     pods.retain(|p| owned_by_job(p, &job));
     let pod_refs: Vec<&CachedPod> = pods.iter().map(|p| p.as_ref()).collect();
-    let (progress, recheck) = follow(&ctx, &ns, &job, &pod_refs, &now).await?;
+    let at_gate = crate::update::admission::admit(&ctx, &ns, &update, &pod_refs).await?;
+    let (progress, recheck) = match (at_gate, follow(&ctx, &ns, &job, &pod_refs, &now).await?) {
+        // The Stack's other pod's end triggers its own Update: look again shortly.
+        (Some(message), (Progress::Running { .. }, recheck)) => (
+            Progress::Running { message },
+            recheck.min(crate::update::status::AT_GATE_RECHECK),
+        ),
+        (_, followed) => followed,
+    };
     let (progress, recheck) =
         match with_outputs(&ctx, &ns, &update, &pod_refs, progress, &now).await? {
             (progress, Some(soon)) => (progress, soon),

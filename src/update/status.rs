@@ -452,6 +452,9 @@ pub const NOT_STARTED_WITH_WARNING_SECONDS: i64 = 120;
 /// Without any explanation (a very slow image pull, say), after this long.
 pub const NOT_STARTED_SECONDS: i64 = 600;
 
+/// How soon a pod held at its gate (for another pod of the stack to stop) is looked at again.
+pub const AT_GATE_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How long a pod that the scheduler cannot place yet (`Unschedulable`) is waited for: a
 /// cluster autoscaler may be adding a node, which takes minutes.
 pub const UNSCHEDULABLE_SECONDS: i64 = NOT_STARTED_SECONDS;
@@ -477,6 +480,8 @@ pub fn pod_start_problem(pod: &Pod) -> Option<(String, String)> {
         .iter()
         .flatten()
         .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        // Behind the operator's own gate: the Update says what it waits for.
+        .filter(|c| c.reason.as_deref() != Some("SchedulingGated"))
     {
         return Some((
             c.reason.clone().unwrap_or_else(|| "Unschedulable".into()),

@@ -1705,6 +1705,25 @@ pub struct Process {
     pub environ: Vec<String>,
 }
 
+/// The operator process's resident memory (KiB) and threads, read from /proc: the test node
+/// runs pods as local processes, so this works while the API server does not answer.
+pub fn operator_usage() -> Option<(u64, u64)> {
+    let pid = processes().into_iter().find(|p| {
+        p.argv
+            .first()
+            .is_some_and(|a| a.ends_with("/pulumi-operator"))
+    })?;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.pid)).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+    };
+    Some((field("VmRSS:")?, field("Threads:")?))
+}
+
 /// Every process this user can read in /proc (the node agent runs the pods' containers as
 /// processes of this machine).
 pub fn processes() -> Vec<Process> {

@@ -21,6 +21,8 @@ const OPERATIONS: &[&str] = &["up", "update", "preview", "refresh", "destroy", "
 pub struct Seen {
     pub pid: u32,
     pub operation: String,
+    /// The pod it ran in (its `HOSTNAME`), for telling two pods of one Job from two operations.
+    pub pod: String,
     pub first: Instant,
     pub last: Instant,
     /// Still in the process table at the last scan.
@@ -28,9 +30,20 @@ pub struct Seen {
 }
 
 /// What the observer recorded, per stack (`backend|stack`).
-#[derive(Default, Debug)]
+#[derive(Debug)]
 pub struct ProcessLog {
     pub by_stack: BTreeMap<String, Vec<Seen>>,
+    /// When the observer started: the origin of the times an overlap is reported with.
+    pub since: Instant,
+}
+
+impl Default for ProcessLog {
+    fn default() -> Self {
+        ProcessLog {
+            by_stack: BTreeMap::new(),
+            since: Instant::now(),
+        }
+    }
 }
 
 impl ProcessLog {
@@ -42,14 +55,28 @@ impl ProcessLog {
                 for b in &seen[i + 1..] {
                     if a.first <= b.last && b.first <= a.last {
                         found.push(format!(
-                            "{stack}: pulumi {} (pid {}) and pulumi {} (pid {}) ran at once",
-                            a.operation, a.pid, b.operation, b.pid
+                            "{stack}: {} and {} ran at once",
+                            self.describe(a),
+                            self.describe(b)
                         ));
                     }
                 }
             }
         }
         found
+    }
+
+    /// `pulumi up (pid 7, pod p, seen 1.2–3.4 s)`, times from the observer's start.
+    fn describe(&self, seen: &Seen) -> String {
+        let at = |t: Instant| t.saturating_duration_since(self.since).as_secs_f64();
+        format!(
+            "pulumi {} (pid {}, pod {}, seen {:.1}–{:.1} s)",
+            seen.operation,
+            seen.pid,
+            seen.pod,
+            at(seen.first),
+            at(seen.last)
+        )
     }
 
     /// The processes of the stack named `stack` (the end of its key: `backend|stack` or
@@ -63,8 +90,8 @@ impl ProcessLog {
     }
 }
 
-/// The stack key and operation of a process, if it is a Pulumi operation.
-fn pulumi_operation(pid: u32) -> Option<(String, String)> {
+/// The stack key, operation and pod of a process, if it is a Pulumi operation.
+fn pulumi_operation(pid: u32) -> Option<(String, String, String)> {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let args: Vec<String> = cmdline
         .split(|b| *b == 0)
@@ -90,12 +117,19 @@ fn pulumi_operation(pid: u32) -> Option<(String, String)> {
         })
         .unwrap_or_default();
     let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-    let backend = environ
-        .split(|b| *b == 0)
-        .find_map(|e| e.strip_prefix(b"PULUMI_BACKEND_URL="))
-        .map(|v| String::from_utf8_lossy(v).into_owned())
-        .unwrap_or_default();
-    Some((format!("{backend}|{stack}"), operation.clone()))
+    let variable = |name: &[u8]| {
+        environ
+            .split(|b| *b == 0)
+            .find_map(|e| e.strip_prefix(name))
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .unwrap_or_default()
+    };
+    let backend = variable(b"PULUMI_BACKEND_URL=");
+    Some((
+        format!("{backend}|{stack}"),
+        operation.clone(),
+        variable(b"HOSTNAME="),
+    ))
 }
 
 /// The parent of a process, from `/proc/<pid>/stat` (the field after the command's `)`).
@@ -107,7 +141,7 @@ fn parent(pid: u32) -> Option<u32> {
 
 fn scan(log: &Mutex<ProcessLog>) {
     let now = Instant::now();
-    let mut current: Vec<(u32, String, String)> = Vec::new();
+    let mut current: Vec<(u32, String, String, String)> = Vec::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for entry in dir.flatten() {
             let Some(pid) = entry
@@ -117,8 +151,8 @@ fn scan(log: &Mutex<ProcessLog>) {
             else {
                 continue;
             };
-            if let Some((key, op)) = pulumi_operation(pid) {
-                current.push((pid, key, op));
+            if let Some((key, op, pod)) = pulumi_operation(pid) {
+                current.push((pid, key, op, pod));
             }
         }
     }
@@ -126,14 +160,14 @@ fn scan(log: &Mutex<ProcessLog>) {
     // parent's command line for an instant: it is the same operation.
     let operations: std::collections::HashMap<u32, String> = current
         .iter()
-        .map(|(pid, key, _)| (*pid, key.clone()))
+        .map(|(pid, key, _, _)| (*pid, key.clone()))
         .collect();
-    current.retain(|(pid, key, _)| parent(*pid).and_then(|p| operations.get(&p)) != Some(key));
+    current.retain(|(pid, key, _, _)| parent(*pid).and_then(|p| operations.get(&p)) != Some(key));
     let Ok(mut log) = log.lock() else { return };
     for seen in log.by_stack.values_mut().flatten() {
         seen.alive = false;
     }
-    for (pid, key, operation) in current {
+    for (pid, key, operation, pod) in current {
         let list = log.by_stack.entry(key).or_default();
         match list
             .iter_mut()
@@ -146,6 +180,7 @@ fn scan(log: &Mutex<ProcessLog>) {
             None => list.push(Seen {
                 pid,
                 operation,
+                pod,
                 first: now,
                 last: now,
                 alive: true,
