@@ -39,10 +39,10 @@ fi
 
 # Test binaries that run alone, in this order: e2e_hostile counts the operator's reconciles over a
 # quiet minute (other tests' Stacks would count too); the others stop the operator (kill, scale)
-# or the API server and etcd under it.
+# or the API server and etcd under it, or throttle its requests (e2e_throttled).
 SERIAL="pulumi-operator-tests:e2e_hostile pulumi-operator-tests:e2e_chaos
   pulumi-operator-tests:e2e_exactly_once pulumi-operator-tests:install
-  pulumi-operator-tests:e2e_faults"
+  pulumi-operator-tests:e2e_faults pulumi-operator-tests:e2e_throttled"
 # Run last, --ignored, alone: least privilege over the whole run (the API server's audit log: the
 # rights the operator used against those it is granted; a partial run uses less), then the Helm
 # install and the upgrade from the previous release.
