@@ -684,6 +684,73 @@ async fn cut_off_node(fault: &str, prefix: &str) {
     assert_eq!(pulumis.overlaps_in(&f.sn.backend_url), Vec::<String>::new());
 }
 
+/// Issue 44 §1, the bounded way forward: a node is cut off (its agent stops answering) while its
+/// pod runs a long operation, and nobody comes. Kubernetes evicts the pod; a minute after the
+/// pod's deletion time the API server rejects the pod's token, and the runner, which proves its
+/// pod alive with that token every 10 s, stops Pulumi itself (observed from the host). The
+/// operator, counting from when it saw the deletion, takes the pod as stopped once the fence's
+/// bound has passed, and the Stack goes on to its new revision with no person's help, never
+/// beside the cut-off Pulumi.
+#[tokio::test]
+async fn an_operation_cut_off_with_its_node_stops_itself_and_the_stack_goes_on_alone() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let f = StackFixture::new("fenced").await;
+    inject(&["node-add", LOST_NODE]).await;
+    let _node = ExtraNode;
+    let pulumis = ProcessObserver::start();
+    let sha = f
+        .repo
+        .commit(&[("Pulumi.yaml", &git_program(1, 900))], "a long operation");
+    let short_grace = format!(
+        "{}          terminationGracePeriodSeconds: 5\n",
+        on_lost_node()
+    );
+    f.sn.ns.apply(&stack_object_with(&f, 0, &sha, &short_grace));
+    wait_until(Duration::from_secs(240), "Pulumi running", || async {
+        pulumis.alive("chaos-0").len() == 1
+    })
+    .await;
+    let cut_at = Instant::now();
+    inject(&["node-partition", LOST_NODE]).await;
+    let sha = f
+        .repo
+        .commit(&[("Pulumi.yaml", &git_program(2, 1))], "short");
+    f.sn.ns.apply(&stack_object_with(&f, 0, &sha, ""));
+    // NotReady after 20 s, evicted 30 s later, the token rejected 5 + 60 (+10) s after that,
+    // seen by the next review within 10 s.
+    wait_until(
+        Duration::from_secs(300),
+        "the cut-off Pulumi to stop by itself",
+        || async { pulumis.alive("chaos-0").is_empty() },
+    )
+    .await;
+    let stopped_after = cut_at.elapsed().as_secs_f64();
+    let s = f
+        .wait_stack_for(
+            Duration::from_secs(420),
+            "s0",
+            "Ready at the new revision without anyone's help",
+            |s| stack_ready(s) && output_value(s) == "round-2",
+        )
+        .await;
+    println!(
+        "fenced: the cut-off Pulumi stopped {stopped_after:.0}s after the cut; the Stack was Ready \
+         at the new revision {:.0}s after it ({})",
+        cut_at.elapsed().as_secs_f64(),
+        last_update(&s).message.unwrap_or_default()
+    );
+    assert_eq!(
+        pulumis.overlaps_in(&f.sn.backend_url),
+        Vec::<String>::new(),
+        "the next operation ran beside the cut-off Pulumi"
+    );
+    assert!(
+        pulumis.seen("chaos-0").len() >= 2,
+        "the next operation ran after the cut-off one stopped"
+    );
+    assert_eq!(f.lock_files(), 0, "no stack is left locked");
+}
+
 /// Unmounts the small disk even when the test fails.
 struct SmallDisk(std::path::PathBuf);
 impl Drop for SmallDisk {

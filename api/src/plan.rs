@@ -286,8 +286,18 @@ fn default_heartbeat_stop_grace() -> u64 {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct HeartbeatPlan {
-    /// The Lease's name (its namespace is the plan's).
+    /// The Lease's name (its namespace is the plan's); empty with `tokenFile`.
+    #[serde(default)]
     pub lease: String,
+    /// Instead of a Lease: the pod's own projected ServiceAccount token (a file the kubelet
+    /// refreshes). Each renewal is a `SelfSubjectReview` made with it, which needs no
+    /// permission; the API server rejects the token (401) once the pod is gone or was deleted
+    /// more than a minute ago (the "revocation"), and a node cut off from the API server cannot
+    /// renew at all. `caFile` is the cluster's CA bundle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
     #[serde(default = "default_heartbeat_renew")]
     pub renew_every_seconds: u64,
     #[serde(default = "default_heartbeat_expire")]
@@ -297,10 +307,22 @@ pub struct HeartbeatPlan {
 }
 
 impl HeartbeatPlan {
+    /// The heartbeat proven by the pod's token at `token_file` (CA bundle `ca_file`), with the
+    /// default periods.
+    pub fn of_token(token_file: impl Into<String>, ca_file: impl Into<String>) -> HeartbeatPlan {
+        HeartbeatPlan {
+            token_file: Some(token_file.into()),
+            ca_file: Some(ca_file.into()),
+            ..HeartbeatPlan::new("")
+        }
+    }
+
     /// The heartbeat of `lease` with the default periods.
     pub fn new(lease: impl Into<String>) -> HeartbeatPlan {
         HeartbeatPlan {
             lease: lease.into(),
+            token_file: None,
+            ca_file: None,
             renew_every_seconds: DEFAULT_HEARTBEAT_RENEW_SECONDS,
             expire_after_seconds: DEFAULT_HEARTBEAT_EXPIRE_SECONDS,
             stop_grace_seconds: DEFAULT_HEARTBEAT_STOP_GRACE_SECONDS,

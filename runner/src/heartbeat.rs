@@ -161,6 +161,9 @@ pub fn holder_identity(var: impl Fn(&str) -> Option<String>) -> Option<String> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
     pub lease: String,
+    /// The pod's token file, when the heartbeat is proven by token reviews
+    /// (`crate::token_proof`) rather than by the Lease.
+    pub token_file: Option<String>,
     pub namespace: String,
     pub holder: String,
     pub renew_every: Duration,
@@ -176,7 +179,7 @@ impl Settings {
         holder: Option<String>,
     ) -> Result<Settings, Failure> {
         let invalid = |why: String| Failure::config_invalid(format!("the plan's heartbeat: {why}"));
-        if hb.lease.is_empty() || plan.namespace.is_empty() {
+        if hb.token_file.is_none() && (hb.lease.is_empty() || plan.namespace.is_empty()) {
             return Err(invalid("no Lease name or no namespace".into()));
         }
         if hb.renew_every_seconds == 0 || hb.renew_every_seconds >= hb.expire_after_seconds {
@@ -190,6 +193,7 @@ impl Settings {
         })?;
         Ok(Settings {
             lease: hb.lease.clone(),
+            token_file: hb.token_file.clone(),
             namespace: plan.namespace.clone(),
             holder,
             renew_every: Duration::from_secs(hb.renew_every_seconds),
@@ -206,6 +210,22 @@ impl Settings {
 
     /// The failure reported when the runner stopped Pulumi.
     pub fn lost(&self, cause: Cause) -> Failure {
+        if self.token_file.is_some() {
+            let what = match cause {
+                Cause::Expired => format!(
+                    "could not prove its pod alive to the API server for {}s",
+                    self.expire_after.as_secs()
+                ),
+                Cause::Revoked => "was told by the API server that its pod was deleted".into(),
+            };
+            return Failure::new(
+                FailureReason::HeartbeatLost,
+                format!(
+                    "the runner {what}, so it stopped Pulumi so that the stack's next operation \
+                     can run safely; the stack runs it again"
+                ),
+            );
+        }
         let what = match cause {
             Cause::Expired => format!("could not be renewed for {}s", self.expire_after.as_secs()),
             Cause::Revoked => "was taken over by the operator".to_string(),
@@ -743,6 +763,17 @@ impl Heartbeat {
             s.renew_every.as_secs(),
             s.expire_after.as_secs()
         ));
+        Heartbeat::with_renewer(s, deadline, |fence| {
+            tokio::spawn(renew_loop(api, lease, fence))
+        })
+    }
+
+    /// Starts the watchdog and the task `renewer` starts.
+    pub fn with_renewer(
+        s: Settings,
+        deadline: Duration,
+        renewer: impl FnOnce(Arc<Fence>) -> tokio::task::JoinHandle<()>,
+    ) -> Result<Heartbeat, Failure> {
         let fence = Arc::new(Fence::new(s, deadline));
         let watchdog = Watchdog::start(Arc::clone(&fence)).map_err(|e| {
             Failure::new(
@@ -750,7 +781,7 @@ impl Heartbeat {
                 format!("cannot start the heartbeat watchdog: {e}; Pulumi did not run"),
             )
         })?;
-        let renewer = tokio::spawn(renew_loop(api, lease, Arc::clone(&fence)));
+        let renewer = renewer(Arc::clone(&fence));
         Ok(Heartbeat {
             fence,
             watchdog,
@@ -804,10 +835,10 @@ mod tests {
 
     fn settings() -> Settings {
         let hb = HeartbeatPlan {
-            lease: "s-up-1-heartbeat".into(),
             renew_every_seconds: 10,
             expire_after_seconds: 60,
             stop_grace_seconds: 20,
+            ..HeartbeatPlan::new("s-up-1-heartbeat")
         };
         Settings::new(&plan(hb.clone()), &hb, Some("pod-a".into())).unwrap()
     }

@@ -8,8 +8,8 @@
 //! - `run` (the `pulumi` container, the user's image): drives the `pulumi` CLI through the
 //!   operation (`pulumi install`, `stack select`, config, then `up`, `preview`, `refresh` or
 //!   `destroy`), streams its output, hands the outputs over sealed, and reports. With a
-//!   heartbeat in the plan it holds a Lease meanwhile, and stops Pulumi itself when it cannot
-//!   renew it (`heartbeat`).
+//!   heartbeat in the plan it proves its pod alive meanwhile (with the pod's token,
+//!   `token_proof`, or a Lease), and stops Pulumi itself when it cannot (`heartbeat`).
 //!
 //! Every subcommand reports a [`pulumi_operator_api::plan::RunResult`] in the termination
 //! message and exits 0 on success, 1 on failure.
@@ -34,6 +34,7 @@ pub mod report;
 pub mod run;
 pub mod signals;
 pub mod state;
+pub mod token_proof;
 
 /// Installs ring as rustls' process-wide crypto provider (reqwest is built without a
 /// provider of its own so that no C crypto library is linked). Idempotent.

@@ -65,7 +65,7 @@ pub async fn run(
     let project = project_info(&workspace);
     // With a heartbeat, the Lease is held before any Pulumi command, and every command of the
     // operation runs under its watchdog until the result is known.
-    let (heartbeat, opts) = match crate::heartbeat::Heartbeat::start(plan, &signals).await {
+    let (heartbeat, opts) = match crate::token_proof::start(plan, &signals).await {
         Ok(heartbeat) => {
             let fence = heartbeat.as_ref().map(crate::heartbeat::Heartbeat::fence);
             let opts = RunOptions {

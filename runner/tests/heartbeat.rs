@@ -286,6 +286,23 @@ fn gone(pid: &str) -> bool {
 /// Runs `pulumi-runner run` on an `up` with the stand-ins, watching the stand-in Pulumi.
 fn run(api: &ApiStandIn, heartbeat: bool, env: &[(&str, &str)]) -> Run {
     let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = api.kubeconfig(dir.path());
+    let hb = heartbeat.then(|| HeartbeatPlan {
+        renew_every_seconds: RENEW,
+        expire_after_seconds: EXPIRE,
+        stop_grace_seconds: GRACE,
+        ..HeartbeatPlan::new(LEASE)
+    });
+    let mut env = env.to_vec();
+    let kubeconfig = kubeconfig.to_string_lossy().into_owned();
+    env.push(("KUBECONFIG", &kubeconfig));
+    run_with(hb, &env, |_| ())
+}
+
+/// As [`run`], with the plan's heartbeat `hb`; `started` is called with the stand-in Pulumi's
+/// directory once the runner is running.
+fn run_with(hb: Option<HeartbeatPlan>, env: &[(&str, &str)], started: impl FnOnce(&Path)) -> Run {
+    let dir = tempfile::tempdir().expect("tempdir");
     let (bin, fake, share) = (
         dir.path().join("bin"),
         dir.path().join("fake"),
@@ -307,12 +324,7 @@ fn run(api: &ApiStandIn, heartbeat: bool, env: &[(&str, &str)]) -> Run {
     let mut plan = common::plan(Operation::Up, None);
     plan.outputs_labels
         .insert("pulumi.com/stack-name".into(), "st".into());
-    plan.heartbeat = heartbeat.then(|| HeartbeatPlan {
-        lease: LEASE.into(),
-        renew_every_seconds: RENEW,
-        expire_after_seconds: EXPIRE,
-        stop_grace_seconds: GRACE,
-    });
+    plan.heartbeat = hb;
     let plan_file = dir.path().join("plan.json");
     std::fs::write(&plan_file, serde_json::to_string(&plan).expect("plan")).expect("plan file");
     let (result_file, stderr_file) = (dir.path().join("result.json"), dir.path().join("stderr"));
@@ -326,7 +338,6 @@ fn run(api: &ApiStandIn, heartbeat: bool, env: &[(&str, &str)]) -> Run {
         .env_clear()
         .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
         .env("HOME", dir.path())
-        .env("KUBECONFIG", api.kubeconfig(dir.path()))
         .env("POD_NAME", POD)
         .env("FAKE_DIR", &fake)
         .envs(env.iter().copied())
@@ -334,6 +345,7 @@ fn run(api: &ApiStandIn, heartbeat: bool, env: &[(&str, &str)]) -> Run {
         .stderr(std::fs::File::create(&stderr_file).expect("stderr file"))
         .spawn()
         .expect("start the runner");
+    started(&fake);
     let (sigint_at, dead_at) = watch(&mut child, &fake);
     let result = std::fs::read_to_string(&result_file).expect("result");
     Run {
@@ -567,4 +579,167 @@ fn without_a_heartbeat_the_runner_talks_to_no_api_server() {
     );
     assert!(api.state.lock().expect("state").requests.is_empty());
     assert!(ran.invocations.iter().any(|l| l.starts_with("up ")));
+}
+
+/// The API server of the local test cluster as a pod sees it: (host, port, CA bundle).
+fn cluster_api(dir: &Path) -> (String, String, std::path::PathBuf) {
+    let server = test_support::kubectl(&[
+        "config",
+        "view",
+        "--minify",
+        "-o",
+        "jsonpath={.clusters[0].cluster.server}",
+    ]);
+    let authority = server.trim().trim_start_matches("https://").to_string();
+    let (host, port) = authority.rsplit_once(':').expect("host:port");
+    let ca = test_support::kubectl(&[
+        "-n",
+        "default",
+        "get",
+        "configmap",
+        "kube-root-ca.crt",
+        "-o",
+        "jsonpath={.data.ca\\.crt}",
+    ]);
+    let ca_file = dir.join("ca.crt");
+    std::fs::write(&ca_file, ca).expect("CA bundle");
+    (host.to_string(), port.to_string(), ca_file)
+}
+
+/// The runner's fence proven by a pod-bound token, against the local cluster's real API server
+/// (no stand-in): a pod that never runs (held by a scheduling gate) is the token's pod; the
+/// runner reviews the token every second while the stand-in Pulumi runs, and once the pod is
+/// deleted the API server rejects the token and the runner stops Pulumi at once.
+#[test]
+fn pulumi_is_stopped_when_the_api_server_says_its_pod_was_deleted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (host, port, ca) = cluster_api(dir.path());
+    let pod = format!("fence-probe-{}", std::process::id());
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {pod}, namespace: default}}\nspec:\n  schedulingGates: [{{name: e2e.example/never}}]\n  containers: [{{name: c, image: none}}]\n"
+    );
+    let (ok, out, err) = test_support::kubectl_stdin(&["apply", "-f", "-"], &manifest);
+    assert!(ok, "the probe pod: {out}{err}");
+    let uid = test_support::kubectl(&[
+        "-n",
+        "default",
+        "get",
+        "pod",
+        &pod,
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    let token = test_support::kubectl(&[
+        "-n",
+        "default",
+        "create",
+        "token",
+        "default",
+        "--bound-object-kind=Pod",
+        &format!("--bound-object-name={pod}"),
+        &format!("--bound-object-uid={}", uid.trim()),
+        "--duration=10m",
+    ]);
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, token.trim()).expect("token");
+    let hb = HeartbeatPlan {
+        renew_every_seconds: RENEW,
+        expire_after_seconds: 30,
+        stop_grace_seconds: GRACE,
+        ..HeartbeatPlan::of_token(
+            token_file.to_string_lossy().into_owned(),
+            ca.to_string_lossy().into_owned(),
+        )
+    };
+    let mut deleted_at = None;
+    let ran = run_with(
+        Some(hb),
+        &[
+            ("KUBERNETES_SERVICE_HOST", &host),
+            ("KUBERNETES_SERVICE_PORT", &port),
+            ("FAKE_ON_SIGINT", "exit"),
+        ],
+        |fake| {
+            let start = Instant::now();
+            while !fake.join("pid").exists() && start.elapsed() < Duration::from_secs(30) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            // A few reviews succeed first: the fence does not stop a live pod's Pulumi.
+            std::thread::sleep(Duration::from_secs(4));
+            assert!(
+                !fake.join("sigint").exists(),
+                "pulumi stopped while its pod lived"
+            );
+            test_support::kubectl(&["-n", "default", "delete", "pod", &pod, "--wait=true"]);
+            deleted_at = Some(Instant::now());
+        },
+    );
+    let deleted_at = deleted_at.expect("the pod was deleted");
+    let sigint = ran.sigint_at.expect("pulumi got no SIGINT");
+    let after = secs(sigint.saturating_duration_since(deleted_at));
+    eprintln!(
+        "SIGINT {after:.1}s after the pod's deletion\n{}",
+        ran.stderr
+    );
+    // The API server may answer from its 10 s cache of successful authentications.
+    assert!(
+        after <= 10.0 + RENEW as f64 + 2.0,
+        "SIGINT {after:.1}s after the deletion"
+    );
+    assert_eq!(ran.result.reason, Some(FailureReason::HeartbeatLost));
+    assert!(
+        ran.result.message.contains("its pod was deleted"),
+        "{}",
+        ran.result.message
+    );
+    assert!(
+        ran.stderr.contains("proving this pod alive"),
+        "{}",
+        ran.stderr
+    );
+}
+
+/// A pod that cannot reach the API server never runs Pulumi: the runner says so and fails.
+#[test]
+fn pulumi_never_runs_when_the_pod_cannot_prove_itself_alive() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = closed.local_addr().expect("addr").port().to_string();
+    drop(closed);
+    let (token, ca) = (dir.path().join("token"), dir.path().join("ca.crt"));
+    std::fs::write(&token, "not-a-token").expect("token");
+    std::fs::write(&ca, "").expect("ca");
+    let hb = HeartbeatPlan {
+        renew_every_seconds: RENEW,
+        expire_after_seconds: EXPIRE,
+        stop_grace_seconds: GRACE,
+        ..HeartbeatPlan::of_token(
+            token.to_string_lossy().into_owned(),
+            ca.to_string_lossy().into_owned(),
+        )
+    };
+    let ran = run_with(
+        Some(hb),
+        &[
+            ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
+            ("KUBERNETES_SERVICE_PORT", &port),
+        ],
+        |_| (),
+    );
+    assert_eq!(
+        ran.result.reason,
+        Some(FailureReason::HeartbeatLost),
+        "{}",
+        ran.stderr
+    );
+    assert!(
+        !ran.invocations.iter().any(|i| i.starts_with("up")),
+        "pulumi up ran: {:?}",
+        ran.invocations
+    );
+    assert!(
+        ran.result.message.contains("Pulumi did not run"),
+        "{}",
+        ran.result.message
+    );
 }

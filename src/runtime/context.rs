@@ -76,6 +76,8 @@ pub struct Context {
     pub gates: crate::runtime::gate::Gates,
     /// The newest Warning Event of each update Job and pod (one watch).
     pub warnings: crate::runtime::warnings::Warnings,
+    /// When each update pod's deletion was first seen (the fence's bound counts from there).
+    pub deletions: crate::runtime::deletion_clock::DeletionClock,
 }
 
 /// How long a referenced object seen to exist is not read again (a burst of Stacks sharing one
@@ -137,6 +139,7 @@ impl Context {
             update_status: Mutex::new(HashMap::new()),
             gates,
             warnings: Default::default(),
+            deletions: Default::default(),
         }
     }
 

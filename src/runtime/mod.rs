@@ -5,6 +5,7 @@
 pub mod cached;
 pub mod config;
 pub mod context;
+pub mod deletion_clock;
 pub mod duration;
 pub mod error;
 pub mod events;

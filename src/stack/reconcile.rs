@@ -438,7 +438,11 @@ impl<'a> Pass<'a> {
     /// Update or Job was deleted by force, or ended without the pod's word. The next operation
     /// starts only once every such pod is proven stopped (ended, or gone).
     fn wait_for_leftover_pods(&mut self) -> Option<Action> {
-        let pods = self.ctx.stores.pods_of_stack(&self.ns, &self.name);
+        let cached = self.ctx.stores.pods_of_stack(&self.ns, &self.name);
+        let cached: Vec<&crate::runtime::cached::CachedPod> =
+            cached.iter().map(|p| p.as_ref()).collect();
+        // A pod past its fence's bound reads as stopped (see `update::fence`).
+        let pods = crate::update::status::with_fence_verdicts(&cached, &self.ctx.deletions);
         let now = self.now.0;
         // A pod still behind its gate never ran, and no finished operation lets it through.
         let leftover = pods

@@ -132,7 +132,9 @@ pub async fn admit(
     let api: Api<CachedPod> = Api::namespaced(ctx.client.clone(), ns);
     let listed = api.list(&ListParams::default().labels(&selector)).await?;
     let chosen = update.annotations().get(ADMITTED_POD_ANNOTATION);
-    match decide(&name, chosen.map(String::as_str), &listed.items) {
+    let listed: Vec<&CachedPod> = listed.items.iter().collect();
+    let judged = crate::update::status::with_fence_verdicts(&listed, &ctx.deletions);
+    match decide(&name, chosen.map(String::as_str), &judged) {
         Admission::Nothing => Ok(None),
         Admission::Wait { pod } => {
             info!(%pod, "the operation's pod waits for another pod of the stack to stop");

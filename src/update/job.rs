@@ -154,7 +154,7 @@ pub fn build_plan(update: &Update, ws: &Workspace) -> Result<RunPlan, InvalidUpd
         ),
         conflict_retry_delay_ms: None,
         policy_packs: Vec::new(),
-        heartbeat: None,
+        heartbeat: Some(crate::update::fence::heartbeat_plan()),
     })
 }
 
@@ -505,6 +505,12 @@ pub fn build_job(
 ) -> Result<Job, serde_json::Error> {
     let ours = operator_pod_spec(update, ws, cfg, shape);
     let (pod_meta, mut pod_spec) = merge_pod_template(ws, ours, job_labels(update))?;
+    let (key, value) = crate::update::fence::annotation();
+    let mut pod_meta = pod_meta;
+    pod_meta
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(key, value);
     // The operator lets one pod of the Job through (see `admission`).
     pod_spec.scheduling_gates.get_or_insert_with(Vec::new).push(
         k8s_openapi::api::core::v1::PodSchedulingGate {
@@ -573,7 +579,8 @@ fn pod_volumes(update: &Update, ws: &Workspace, shape: JobShape) -> PodVolumes {
             ..Default::default()
         });
     }
-    let mut pulumi_mounts = vec![share.clone(), plan_mount];
+    let mut pulumi_mounts = vec![share.clone(), plan_mount, crate::update::fence::mount()];
+    volumes.push(crate::update::fence::volume());
     if shape.policy_packs {
         volumes.push(crate::update::policy_job::packs_volume());
         fetch_mounts.push(crate::update::policy_job::packs_mount(false));
@@ -1167,7 +1174,7 @@ mod tests {
             .iter()
             .map(|v| v["name"].as_str().unwrap())
             .collect();
-        assert_eq!(volumes, ["share", "plan"]);
+        assert_eq!(volumes, ["share", "plan", "fence"]);
         // No secret value anywhere in the Job.
         assert!(!serde_json::to_string(&job).unwrap().contains("do-not-leak"));
     }

@@ -6,6 +6,7 @@ pub mod admission;
 pub mod annotations;
 pub mod cache;
 pub mod errors;
+pub mod fence;
 pub mod job;
 #[cfg(test)]
 mod mocked_api_tests;

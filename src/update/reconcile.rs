@@ -320,7 +320,11 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
     }
     let mut pods = ctx.stores.pods_of_update(&ns, &update.name_any());
     pods.retain(|p| owned_by_job(p, &job));
-    let pod_refs: Vec<&CachedPod> = pods.iter().map(|p| p.as_ref()).collect();
+    let cached: Vec<&CachedPod> = pods.iter().map(|p| p.as_ref()).collect();
+    // A pod past its fence's bound reads as stopped (see `fence`).
+    let judged = crate::update::status::with_fence_verdicts(&cached, &ctx.deletions);
+    let fence_due = crate::update::status::fence_due(&cached, &ctx.deletions);
+    let pod_refs: Vec<&CachedPod> = judged.iter().collect();
     let at_gate = crate::update::admission::admit(&ctx, &ns, &update, &pod_refs).await?;
     let (progress, recheck) = match (at_gate, follow(&ctx, &ns, &job, &pod_refs, &now).await?) {
         // The Stack's other pod's end triggers its own Update: look again shortly.
@@ -351,7 +355,9 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
         Progress::Succeeded { .. } | Progress::Failed { .. } => Action::await_change(),
         // Waits that end by time alone (pods that do not start, image pulls) are looked at
         // again when due, even without an event.
-        Progress::Running { .. } | Progress::Unconfirmed { .. } => crate::runtime::requeue(recheck),
+        Progress::Running { .. } | Progress::Unconfirmed { .. } => {
+            crate::runtime::requeue(fence_due.map_or(recheck, |due| recheck.min(due)))
+        }
     })
 }
 

@@ -224,12 +224,22 @@ pub fn unconfirmed_stop(pod: &Pod, now: jiff::Timestamp) -> Option<String> {
     } else {
         return None;
     };
+    let alone = if crate::update::fence::stopped_by_fence(pod, Some(std::time::Duration::MAX)) {
+        format!(
+            ". Without that, the operation ends by itself {}s after the operator saw the pod's \
+             deletion: its runner stops Pulumi once the API server no longer accepts the pod's \
+             token, or cannot be reached",
+            crate::update::fence::bound(pod).as_secs()
+        )
+    } else {
+        String::new()
+    };
     Some(format!(
         "{why}; the operation's pod {name} may still be running Pulumi there, so the stack's \
          next operation waits until the pod is proven stopped. Once you have made sure node \
          {node} is down, run `kubectl taint nodes {node} \
          node.kubernetes.io/out-of-service=nodeshutdown:NoExecute` (or `kubectl delete node \
-         {node}`): Kubernetes then removes the pod, and the stack runs the operation again"
+         {node}`): Kubernetes then removes the pod, and the stack runs the operation again{alone}"
     ))
 }
 
@@ -670,6 +680,52 @@ pub fn pod_ended(pod: &Pod) -> bool {
             c.name == names::PULUMI_CONTAINER
                 && c.state.as_ref().is_some_and(|s| s.terminated.is_some())
         })
+}
+
+/// The pods as the decisions read them (see `fence`): a fenced pod past its bound is `Failed` with reason
+/// `NodeLost`, saying why it is taken as stopped.
+pub fn with_fence_verdicts(
+    pods: &[&Pod],
+    clock: &crate::runtime::deletion_clock::DeletionClock,
+) -> Vec<Pod> {
+    pods.iter()
+        .map(|p| {
+            let mut pod = (*p).clone();
+            if !pod_ended(p) && crate::update::fence::stopped_by_fence(p, clock.seen_for(p)) {
+                let status = pod.status.get_or_insert_with(Default::default);
+                status.phase = Some("Failed".into());
+                status.reason = Some("NodeLost".into());
+                status.message = Some(format!(
+                    "the pod was deleted {}s ago and its node has not confirmed that it stopped; \
+                     its runner stops Pulumi by itself once the API server no longer takes the \
+                     pod's token or cannot be reached, which is over by now",
+                    crate::update::fence::bound(p).as_secs()
+                ));
+            }
+            pod
+        })
+        .collect()
+}
+
+/// When the next fenced pod among `pods` passes its bound, if one is on its way there (the
+/// reconcile looks again then: nothing else happens on a node that stopped answering).
+pub fn fence_due(
+    pods: &[&Pod],
+    clock: &crate::runtime::deletion_clock::DeletionClock,
+) -> Option<std::time::Duration> {
+    pods.iter()
+        .filter(|p| {
+            !pod_ended(p)
+                && crate::update::fence::stopped_by_fence(p, Some(std::time::Duration::MAX))
+        })
+        .filter_map(|p| {
+            let seen = clock.seen_for(p)?;
+            Some(
+                crate::update::fence::bound(p).saturating_sub(seen)
+                    + std::time::Duration::from_secs(1),
+            )
+        })
+        .min()
 }
 
 /// Whether the Job must be told to start no further pod: one of its pods is being deleted or

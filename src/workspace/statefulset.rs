@@ -445,7 +445,7 @@ mod tests {
             .iter()
             .map(|v| v["name"].as_str().unwrap())
             .collect();
-        assert_eq!(vols, ["share", "plan"], "no program ConfigMap");
+        assert_eq!(vols, ["share", "plan", "fence"], "no program ConfigMap");
     }
 
     fn with_uid(mut sts: StatefulSet) -> StatefulSet {
@@ -546,6 +546,7 @@ mod tests {
             [
                 ("share", "/share"),
                 ("plan", "/var/run/pulumi-operator/plan"),
+                ("fence", "/var/run/pulumi-operator/fence"),
                 ("cache", "/share/.pulumi")
             ]
         );
@@ -632,7 +633,7 @@ mod tests {
         };
         let plain = job(&ws);
         assert!(plain.get("affinity").is_none());
-        assert_eq!(plain["volumes"].as_array().unwrap().len(), 2);
+        assert_eq!(plain["volumes"].as_array().unwrap().len(), 3);
 
         ws.status = Some(WorkspaceStatus {
             address: Some("web-workspace-0".into()),
@@ -640,9 +641,9 @@ mod tests {
         });
         let retained = job(&ws);
         let vols = retained["volumes"].as_array().unwrap();
-        assert_eq!(vols[2]["name"], "cache");
+        assert_eq!(vols[3]["name"], "cache");
         assert_eq!(
-            vols[2]["persistentVolumeClaim"]["claimName"],
+            vols[3]["persistentVolumeClaim"]["claimName"],
             "cache-web-workspace-0"
         );
         let mounts = retained["containers"][0]["volumeMounts"]
