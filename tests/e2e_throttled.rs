@@ -5,7 +5,8 @@
 //! Then STACKS (200) Stacks arrive at once. Asserted from the API server's audit log: requests
 //! were rejected (else the test proves nothing), every rejected request was retried no sooner
 //! than its `Retry-After`, and the operator's requests per Stack stay bounded (no spinning);
-//! from /proc: the operator's memory stays bounded; and every Stack becomes Ready.
+//! from /proc: the operator's memory stays bounded, and never two Pulumi processes of one stack
+//! at once; and every Stack becomes Ready with no lock left.
 //!
 //!     THROTTLED_STACKS=50 cargo test --release --test e2e_throttled -- --nocapture
 
@@ -170,6 +171,7 @@ async fn a_burst_under_priority_and_fairness_throttling_converges_without_spinni
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
     let f = StackFixture::new("throttled").await;
+    let pulumis = test_support::processes::ProcessObserver::start();
     let sha = f.repo.commit(&[("Pulumi.yaml", PROGRAM)], "program");
     let manifest: Vec<String> = (0..count)
         .map(|i| f.own_stack_yaml(&format!("s{i}"), &format!("commit: {sha}"), ""))
@@ -246,6 +248,12 @@ async fn a_burst_under_priority_and_fairness_throttling_converges_without_spinni
         per_stack <= MAX_REQUESTS_PER_STACK,
         "{per_stack:.1} requests per Stack (at most {MAX_REQUESTS_PER_STACK})"
     );
+    assert_eq!(
+        pulumis.overlaps_in(&f.sn.backend_url),
+        Vec::<String>::new(),
+        "two Pulumi processes of one stack ran at once"
+    );
+    assert_eq!(f.lock_files(), 0, "no stack is left locked");
     assert!(
         peak > 0 && peak <= MAX_RSS_KIB,
         "the operator's resident memory peaked at {peak} KiB (at most {MAX_RSS_KIB})"

@@ -584,8 +584,8 @@ async fn reread(api: &Api<Lease>, fence: &Fence) -> Option<Lease> {
     }
 }
 
-/// Why one attempt to acquire the Lease failed.
-enum Attempt {
+/// Why one attempt to arm the heartbeat failed.
+pub enum Attempt {
     /// Pulumi must not run.
     Fatal(Failure),
     /// Worth another try (why).
@@ -670,12 +670,26 @@ async fn acquire(
     plan: &RunPlan,
     s: &Settings,
 ) -> Result<(Lease, Duration), Failure> {
-    let give_up = deadline_after(boottime_now(), s.expire_after);
+    let what = format!("create the heartbeat Lease {}", s.lease);
+    with_retries(s.expire_after, &what, || acquire_once(api, plan, s)).await
+}
+
+/// Tries `attempt` with backoff until it succeeds or fails for good; fails once the next try
+/// would come after `expire_after` ("cannot `what` ... Pulumi did not run").
+pub async fn with_retries<T, Fut>(
+    expire_after: Duration,
+    what: &str,
+    mut attempt: impl FnMut() -> Fut,
+) -> Result<T, Failure>
+where
+    Fut: Future<Output = Result<T, Attempt>>,
+{
+    let give_up = deadline_after(boottime_now(), expire_after);
     let backoff = Backoff::new(Duration::from_millis(500), 2.0, Duration::from_secs(8));
     let mut failures = 0;
     loop {
-        let why = match acquire_once(api, plan, s).await {
-            Ok(acquired) => return Ok(acquired),
+        let why = match attempt().await {
+            Ok(done) => return Ok(done),
             Err(Attempt::Fatal(f)) => return Err(f),
             Err(Attempt::Retry(why)) => why,
         };
@@ -685,17 +699,13 @@ async fn acquire(
             return Err(Failure::new(
                 FailureReason::HeartbeatLost,
                 format!(
-                    "cannot create the heartbeat Lease {} in namespace {} within {}s ({why}); \
-                     Pulumi did not run",
-                    s.lease,
-                    s.namespace,
-                    s.expire_after.as_secs()
+                    "cannot {what} within {}s ({why}); Pulumi did not run",
+                    expire_after.as_secs()
                 ),
             ));
         }
         log(format!(
-            "cannot create the heartbeat Lease {} ({why}); retrying in {}ms",
-            s.lease,
+            "cannot {what} ({why}); retrying in {}ms",
             wait.as_millis()
         ));
         tokio::time::sleep(wait).await;

@@ -11,11 +11,11 @@
 
 use crate::error::{chain, Failure};
 use crate::heartbeat::{
-    boottime_now, deadline_after, holder_identity, Answer, Fence, Heartbeat, Settings,
+    boottime_now, deadline_after, holder_identity, with_retries, Answer, Attempt, Fence, Heartbeat,
+    Settings,
 };
 use crate::report::log;
 use crate::signals::Signals;
-use pulumi_operator_api::backoff::Backoff;
 use pulumi_operator_api::plan::{FailureReason, HeartbeatPlan, RunPlan};
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,43 +111,23 @@ async fn review(client: &kube::Client, timeout: Duration) -> Result<(), (Answer,
 /// The first review, retried with backoff for up to `expireAfterSeconds`: Pulumi runs only once
 /// the pod is proven alive. Returns the first deadline.
 pub async fn arm(client: &kube::Client, s: &Settings) -> Result<Duration, Failure> {
-    let give_up = deadline_after(boottime_now(), s.expire_after);
-    let backoff = Backoff::new(Duration::from_millis(500), 2.0, Duration::from_secs(8));
-    let mut failures = 0;
-    loop {
+    let what = "reach the API server to prove this pod alive (the operation's pod must reach \
+                the API server: a NetworkPolicy?)";
+    with_retries(s.expire_after, what, || async {
         let started = boottime_now();
-        let why = match review(client, s.request_timeout()).await {
-            Ok(()) => return Ok(deadline_after(started, s.expire_after)),
-            Err((Answer::Status(401), message)) => {
-                return Err(Failure::new(
-                    FailureReason::HeartbeatLost,
-                    format!(
-                        "the API server rejected this pod's token ({message}): the pod is being \
-                         deleted; Pulumi did not run"
-                    ),
-                ))
-            }
-            Err((_, why)) => why,
-        };
-        failures += 1;
-        let wait = backoff.after(failures);
-        if boottime_now().saturating_add(wait) >= give_up {
-            return Err(Failure::new(
+        match review(client, s.request_timeout()).await {
+            Ok(()) => Ok(deadline_after(started, s.expire_after)),
+            Err((Answer::Status(401), message)) => Err(Attempt::Fatal(Failure::new(
                 FailureReason::HeartbeatLost,
                 format!(
-                    "cannot reach the API server within {}s to prove this pod alive ({why}); the \
-                     operation's pod must reach the API server (a NetworkPolicy?). Pulumi did not \
-                     run",
-                    s.expire_after.as_secs()
+                    "the API server rejected this pod's token ({message}): the pod is being \
+                     deleted; Pulumi did not run"
                 ),
-            ));
+            ))),
+            Err((_, why)) => Err(Attempt::Retry(why)),
         }
-        log(format!(
-            "cannot prove this pod alive to the API server ({why}); retrying in {}ms",
-            wait.as_millis()
-        ));
-        tokio::time::sleep(wait).await;
-    }
+    })
+    .await
 }
 
 /// Reviews the token every period until aborted or revoked.
