@@ -216,9 +216,27 @@ fn job_pod_template(ws: &Workspace, cfg: &JobConfig) -> Result<PodTemplateSpec, 
     let mut bare = ws.clone();
     bare.status = None;
     let job = build_job(&update, &bare, cfg, crate::update::job::JobShape::default())?;
-    job.spec
+    let mut template = job
+        .spec
         .map(|s| s.template)
-        .ok_or(WorkspaceError::NoPodTemplate)
+        .ok_or(WorkspaceError::NoPodTemplate)?;
+    // Not an operation's pod: the StatefulSet keeps one pod per name, and no operator
+    // admission ever opens an update pod's gate for it (see `update::admission`).
+    if let Some(gates) = template
+        .spec
+        .as_mut()
+        .and_then(|s| s.scheduling_gates.as_mut())
+    {
+        gates.retain(|g| g.name != crate::update::admission::GATE);
+    }
+    if let Some(annotations) = template
+        .metadata
+        .as_mut()
+        .and_then(|m| m.annotations.as_mut())
+    {
+        annotations.remove(crate::update::fence::FENCED_ANNOTATION);
+    }
+    Ok(template)
 }
 
 /// PKO's pod replacement trigger: any change of the Workspace's generation or source rolls
@@ -446,6 +464,12 @@ mod tests {
             .map(|v| v["name"].as_str().unwrap())
             .collect();
         assert_eq!(vols, ["share", "plan", "fence"], "no program ConfigMap");
+        // The workspace's pod is never held at an update pod's gate.
+        let gates = &v["spec"]["template"]["spec"]["schedulingGates"];
+        assert!(
+            gates.as_array().is_none_or(|g| g.is_empty()),
+            "gated: {gates}"
+        );
     }
 
     fn with_uid(mut sts: StatefulSet) -> StatefulSet {
