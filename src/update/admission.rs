@@ -89,8 +89,12 @@ pub fn decide(update: &str, chosen: Option<&str>, pods: &[CachedPod]) -> Admissi
     let Some(first) = candidates.first() else {
         return Admission::Nothing;
     };
+    // Update pods only: a retained workspace's pod carries the Stack's label too, and runs no
+    // operation of its own.
+    let update_pod = |p: &&CachedPod| p.labels().contains_key(names::UPDATE_NAME_LABEL);
     if let Some(running) = pods
         .iter()
+        .filter(update_pod)
         .find(|p| gate_index(p).is_none() && !pod_ended(p))
     {
         return Admission::Wait {
@@ -126,7 +130,11 @@ pub async fn admit(
     let name = update.name_any();
     // Every pod of the Stack (or of this Update alone, for an Update no Stack made), read now.
     let selector = match update.labels().get(names::STACK_NAME_LABEL) {
-        Some(stack) => format!("{}={stack}", names::STACK_NAME_LABEL),
+        Some(stack) => format!(
+            "{}={stack},{}",
+            names::STACK_NAME_LABEL,
+            names::UPDATE_NAME_LABEL
+        ),
         None => format!("{}={name}", names::UPDATE_NAME_LABEL),
     };
     let api: Api<CachedPod> = Api::namespaced(ctx.client.clone(), ns);
@@ -233,6 +241,17 @@ mod tests {
             decide("u", None, &pods),
             Admission::Wait { pod: "old".into() }
         );
+        // A retained workspace's pod (no Update label) runs no operation: it does not count.
+        let mut workspace = pod("ws-0", "", "2025-12-31T00:00:00Z", false, "Running");
+        workspace.metadata.labels = Some(Default::default());
+        let pods = [
+            pod("u-a", "u", "2026-01-01T00:00:01Z", true, "Pending"),
+            workspace,
+        ];
+        assert!(matches!(
+            decide("u", None, &pods),
+            Admission::Choose { name, .. } if name == "u-a"
+        ));
         // A pod of an earlier operation still behind its gate never ran: it does not count.
         let pods = [
             pod("u-a", "u", "2026-01-01T00:00:01Z", true, "Pending"),
