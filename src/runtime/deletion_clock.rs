@@ -21,8 +21,13 @@ impl DeletionClock {
             .seen
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Bounded: a deletion's entry goes after a day (the pod is long gone).
+        if let Some(at) = seen.get(&uid) {
+            return Some(at.elapsed());
+        }
+        // Bounded: a deletion's entry goes after a day (the pod is long gone). Pruned only when
+        // an entry is added, not on every look.
         seen.retain(|_, at| at.elapsed() < Duration::from_secs(86_400));
-        Some(seen.entry(uid).or_insert_with(Instant::now).elapsed())
+        seen.insert(uid, Instant::now());
+        Some(Duration::ZERO)
     }
 }

@@ -107,11 +107,15 @@ pub fn bound(pod: &CachedPod) -> Duration {
         + MARGIN
 }
 
-/// Whether `pod`, deleted and first seen so `seen_for` ago, is past its fence (pure).
-pub fn stopped_by_fence(pod: &CachedPod, seen_for: Option<Duration>) -> bool {
+/// Whether `pod` fences itself and is being deleted: the bound applies to it.
+pub fn fenced_and_deleted(pod: &CachedPod) -> bool {
     pod.annotations().get(FENCED_ANNOTATION).map(String::as_str) == Some(FENCED_BY_TOKEN)
         && pod.metadata.deletion_timestamp.is_some()
-        && seen_for.is_some_and(|d| d >= bound(pod))
+}
+
+/// Whether `pod`, deleted and first seen so `seen_for` ago, is past its fence (pure).
+pub fn stopped_by_fence(pod: &CachedPod, seen_for: Option<Duration>) -> bool {
+    fenced_and_deleted(pod) && seen_for.is_some_and(|d| d >= bound(pod))
 }
 
 #[cfg(test)]

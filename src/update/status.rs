@@ -224,7 +224,7 @@ pub fn unconfirmed_stop(pod: &Pod, now: jiff::Timestamp) -> Option<String> {
     } else {
         return None;
     };
-    let alone = if crate::update::fence::stopped_by_fence(pod, Some(std::time::Duration::MAX)) {
+    let alone = if crate::update::fence::fenced_and_deleted(pod) {
         format!(
             ". Without that, the operation ends by itself {}s after the operator saw the pod's \
              deletion: its runner stops Pulumi once the API server no longer accepts the pod's \
@@ -714,10 +714,7 @@ pub fn fence_due(
     clock: &crate::runtime::deletion_clock::DeletionClock,
 ) -> Option<std::time::Duration> {
     pods.iter()
-        .filter(|p| {
-            !pod_ended(p)
-                && crate::update::fence::stopped_by_fence(p, Some(std::time::Duration::MAX))
-        })
+        .filter(|p| !pod_ended(p) && crate::update::fence::fenced_and_deleted(p))
         .filter_map(|p| {
             let seen = clock.seen_for(p)?;
             Some(
