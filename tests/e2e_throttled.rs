@@ -104,6 +104,8 @@ struct Audited {
 fn operator_requests(since: jiff::Timestamp) -> Vec<Audited> {
     let dir = repo_root().join(".local-cluster/logs");
     let mut found = Vec::new();
+    // A watch is logged twice (its response started, then completed) under one audit ID.
+    let mut seen = std::collections::HashSet::new();
     for entry in std::fs::read_dir(&dir)
         .expect("the local cluster's logs")
         .flatten()
@@ -116,7 +118,9 @@ fn operator_requests(since: jiff::Timestamp) -> Vec<Audited> {
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         {
-            if e["user"]["username"].as_str() != Some(OPERATOR_USER) {
+            if e["user"]["username"].as_str() != Some(OPERATOR_USER)
+                || !seen.insert(e["auditID"].as_str().unwrap_or_default().to_string())
+            {
                 continue;
             }
             let Some(at) = e["requestReceivedTimestamp"]
