@@ -37,8 +37,18 @@ pub const PROGRAM_DIR: &str = "/var/run/pulumi-operator/program";
 pub const SOURCE_DIR: &str = "/share/source";
 /// The project directory: `SOURCE_DIR` joined with the source's `dir` (a symlink, as in PKO).
 pub const WORKSPACE_DIR: &str = "/share/workspace";
-/// Where the bootstrap container puts the runner binary.
-pub const RUNNER_BINARY: &str = "/share/pulumi-runner";
+/// The runner's own volume (an emptyDir): only the `bootstrap` container writes it (a copy of
+/// the runner image's executable); every other container mounts it read-only, so nothing a
+/// tenant runs before the `pulumi` container can replace the runner.
+pub const RUNNER_VOLUME: &str = "pulumi-runner";
+/// Where [`RUNNER_VOLUME`] is mounted.
+pub const RUNNER_DIR: &str = "/var/run/pulumi-operator/bin";
+/// Where the bootstrap container puts the runner binary (in [`RUNNER_DIR`]).
+pub const RUNNER_BINARY: &str = "/var/run/pulumi-operator/bin/pulumi-runner";
+/// On the `pulumi` container of an operation the policy packs cover: the mount paths of its
+/// volumes, `:`-separated (a mount path cannot hold `:`). The runner never runs a `pulumi`,
+/// nor lets Pulumi find a plugin or an interpreter, from a directory on one of them.
+pub const VOLUME_PATHS_ENV: &str = "PULUMI_OPERATOR_VOLUME_PATHS";
 /// Where the Secrets the `pulumi` container takes whole as environment (`envFrom`) are also
 /// mounted, one directory each ([`secret_env_dir`]), so that the runner knows their values
 /// and can mask them in everything it prints.

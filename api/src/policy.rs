@@ -231,16 +231,37 @@ pub struct PolicyViolation {
 /// module search path or package manager): an operation the administrator's packs cover may
 /// not set it (the operator checks the Job, the runner its own environment).
 pub fn changes_how_packs_run(name: &str) -> bool {
-    const NAMES: [&str; 6] = [
+    // Code a pack's interpreter or the dynamic loader would run: a preloaded library, an
+    // import hook, a cached compilation, a startup file of a shell.
+    const NAMES: [&str; 9] = [
         "NODE_OPTIONS",
         "NODE_PATH",
-        "PYTHONPATH",
-        "PYTHONHOME",
-        "PYTHONSTARTUP",
+        "NODE_COMPILE_CACHE",
+        "NODE_REPL_EXTERNAL_MODULE",
         "PULUMI_PYTHON_CMD",
+        "GCONV_PATH",
+        "BASH_ENV",
+        "ENV",
+        "HOSTALIASES",
     ];
-    const PREFIXES: [&str; 4] = ["PULUMI_POLICY", "npm_config_", "NPM_CONFIG_", "PIP_"];
-    NAMES.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p))
+    const PREFIXES: [&str; 6] = [
+        "PULUMI_POLICY",
+        "npm_config_",
+        "NPM_CONFIG_",
+        "PIP_",
+        "LD_",
+        "PYTHON",
+    ];
+    // Output and hashing only: images set them.
+    const HARMLESS: [&str; 5] = [
+        "PYTHONUNBUFFERED",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONIOENCODING",
+        "PYTHONUTF8",
+        "PYTHONHASHSEED",
+    ];
+    !HARMLESS.contains(&name)
+        && (NAMES.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p)))
 }
 
 /// The most violations a result (and a status) lists; the counts stay exact.

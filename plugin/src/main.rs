@@ -16,7 +16,11 @@ async fn main() -> ExitCode {
     match cmd::run(cli).await {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            // Errors may quote the cluster (an API message, a plan's id): shown escaped.
+            eprintln!(
+                "error: {}",
+                view::terminal::terminal_safe_text(&format!("{err:#}"))
+            );
             ExitCode::FAILURE
         }
     }

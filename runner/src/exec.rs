@@ -52,6 +52,8 @@ pub struct Runner {
     /// The operation's heartbeat (`crate::heartbeat`): commands start through it, so that its
     /// watchdog can stop them, and none starts once it stopped Pulumi.
     pub fence: Option<Arc<Fence>>,
+    /// The PATH of every invocation, over `$PULUMI_ENV`'s (see [`crate::policy::cli`]).
+    pub fixed_path: Option<std::ffi::OsString>,
 }
 
 impl Runner {
@@ -62,6 +64,7 @@ impl Runner {
             signals,
             env: Vec::new(),
             fence: None,
+            fixed_path: None,
         }
     }
 
@@ -147,6 +150,9 @@ impl Runner {
         }
         for (k, v) in &inv.env {
             cmd.env(k, v);
+        }
+        if let Some(path) = &self.fixed_path {
+            cmd.env("PATH", path);
         }
         cmd
     }

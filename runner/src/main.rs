@@ -36,7 +36,7 @@ struct Common {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Copy this executable to DEST (default /share/pulumi-runner), mode 0755.
+    /// Copy this executable to DEST (default /var/run/pulumi-operator/bin/pulumi-runner), mode 0755.
     Bootstrap { dest: Option<PathBuf> },
     /// Fetch the program into <share>/source and link <share>/workspace to it, then the
     /// plan's policy packs into their directory.

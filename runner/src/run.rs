@@ -39,6 +39,9 @@ pub struct RunOptions {
     /// The operation's heartbeat, when the plan has one: every Pulumi command starts through
     /// it ([`crate::heartbeat`]). Set by [`run`].
     pub fence: Option<std::sync::Arc<crate::heartbeat::Fence>>,
+    /// The PATH every Pulumi command gets, whatever `$PULUMI_ENV` says (an operation the
+    /// policy packs cover: [`crate::policy::cli`]).
+    pub pulumi_path: Option<std::ffi::OsString>,
 }
 
 impl Default for RunOptions {
@@ -49,6 +52,7 @@ impl Default for RunOptions {
             cleared_locks: Default::default(),
             policy_packs_dir: PathBuf::from(POLICY_PACKS_DIR),
             fence: None,
+            pulumi_path: None,
         }
     }
 }
@@ -253,6 +257,7 @@ fn workspace_runner(
 ) -> (Runner, Option<PathBuf>) {
     let mut runner = Runner::new(&opts.pulumi, workspace, signals);
     runner.fence = opts.fence.clone();
+    runner.fixed_path = opts.pulumi_path.clone();
     let cache = plan
         .dependency_cache
         .as_deref()
@@ -479,6 +484,13 @@ async fn run_inner(
     after: &mut AfterOperation,
 ) -> Result<RunResult, Failure> {
     let op = plan.operation;
+    let covered;
+    let opts = if plan.policy_packs.is_empty() {
+        opts
+    } else {
+        covered = covered_options(opts, &layout.workspace_dir())?;
+        &covered
+    };
     let packs = packs_run_by(plan);
     if !packs.is_empty() {
         crate::policy::check_before_run(packs, &opts.policy_packs_dir)?;
@@ -560,6 +572,37 @@ async fn count_resources(runner: &Runner, stack: &str) -> Option<i64> {
 }
 
 /// The administrator's policy packs this operation runs (none for a refresh or a destroy).
+/// An operation the administrator's packs cover (every one of a covered Stack, not only
+/// `preview` and `up`: any Pulumi command has the stack's credentials): the image's CLI by
+/// its absolute path, a PATH without the pod's volumes, and no analyzer or language host of
+/// the project's own.
+fn covered_options(opts: &RunOptions, workspace: &Path) -> Result<RunOptions, Failure> {
+    crate::policy::cli::refuse_own_plugins(workspace)?;
+    let volumes = std::env::var(pulumi_operator_api::plan::VOLUME_PATHS_ENV).ok();
+    let cli =
+        crate::policy::cli::trusted_cli(std::env::var_os("PATH").as_deref(), volumes.as_deref())?;
+    log(format!(
+        "policy packs apply: running {} with PATH {}{}",
+        cli.pulumi.display(),
+        cli.path.to_string_lossy(),
+        if cli.left_out.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (left out, on the pod's volumes: {})",
+                std::env::join_paths(&cli.left_out)
+                    .unwrap_or_default()
+                    .to_string_lossy()
+            )
+        }
+    ));
+    Ok(RunOptions {
+        pulumi: cli.pulumi,
+        pulumi_path: Some(cli.path),
+        ..opts.clone()
+    })
+}
+
 fn packs_run_by(plan: &RunPlan) -> &[PolicyPackPlan] {
     if crate::policy::runs_packs(plan.operation) {
         &plan.policy_packs

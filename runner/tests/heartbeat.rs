@@ -444,8 +444,7 @@ fn pulumi_is_stopped_when_the_lease_cannot_be_renewed() {
     assert!(
         ran.invocations
             .iter()
-            .filter(|l| *l != "version")
-            .next_back()
+            .rfind(|l| *l != "version")
             .is_some_and(|l| l.starts_with("up ")),
         "{:?}",
         ran.invocations

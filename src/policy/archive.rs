@@ -124,6 +124,7 @@ pub async fn hand_over(
             policy: pack.policy.clone(),
             pack: pack.name.clone(),
             why,
+            pending: false,
         };
         let archive = match get(&key) {
             Some(archive) => archive,

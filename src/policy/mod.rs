@@ -26,6 +26,25 @@ pub struct PackUnavailable {
     pub policy: String,
     pub pack: String,
     pub why: String,
+    /// The StackPolicy controller has not resolved the pack yet (no revision and no error for
+    /// the policy's current generation): this ends by itself, and the operation waits for it.
+    /// `false`: the pack failed to resolve or is misconfigured (a person must act).
+    pub pending: bool,
+}
+
+/// Why a pack has no exact source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NoSource {
+    /// Not resolved yet by the StackPolicy controller.
+    Pending(String),
+    /// It could not be resolved, or the spec is wrong.
+    Failed(String),
+}
+
+impl From<&str> for NoSource {
+    fn from(why: &str) -> Self {
+        NoSource::Failed(why.to_string())
+    }
 }
 
 /// Labels, as selectors match them.
@@ -80,7 +99,7 @@ fn is_full_sha(s: &str) -> bool {
 fn resolved<'a>(
     policy: &'a StackPolicy,
     pack: &PolicyPackSpec,
-) -> Result<&'a PolicyPackStatus, String> {
+) -> Result<&'a PolicyPackStatus, NoSource> {
     let status = policy.status.as_ref();
     let current = status.and_then(|s| s.observed_generation) == policy.metadata.generation;
     match status
@@ -88,11 +107,11 @@ fn resolved<'a>(
         .and_then(|s| s.packs.iter().find(|p| p.name == pack.name))
     {
         Some(p) if p.revision.is_some() => Ok(p),
-        Some(p) => Err(p
-            .error
-            .clone()
-            .unwrap_or_else(|| "is still being resolved".into())),
-        None => Err("is not resolved yet".into()),
+        Some(p) => Err(match &p.error {
+            Some(e) => NoSource::Failed(e.clone()),
+            None => NoSource::Pending("is still being resolved".into()),
+        }),
+        None => Err(NoSource::Pending("is not resolved yet".into())),
     }
 }
 
@@ -100,10 +119,13 @@ fn git_source(
     policy: &StackPolicy,
     pack: &PolicyPackSpec,
     git: &PolicyPackGitSource,
-) -> Result<Source, String> {
+) -> Result<Source, NoSource> {
     let commit = match (git.commit.as_deref(), git.branch.as_deref()) {
         (Some(c), None) if is_full_sha(c) => c.to_ascii_lowercase(),
-        (Some(c), None) => return Err(format!("names commit {c:?}, which is not a full SHA")),
+        (Some(c), None) => {
+            let why = format!("names commit {c:?}, which is not a full SHA");
+            return Err(NoSource::Failed(why));
+        }
         (None, Some(_)) => resolved(policy, pack)?.revision.clone().unwrap_or_default(),
         _ => return Err("must name exactly one of git.commit and git.branch".into()),
     };
@@ -118,7 +140,7 @@ fn git_source(
 
 /// Where a pack comes from, exactly: a git commit, or an artifact with its digest (a packaged
 /// pack as given; a Flux source's artifact as the StackPolicy's status resolved it).
-fn pack_source(policy: &StackPolicy, pack: &PolicyPackSpec) -> Result<Source, String> {
+fn pack_source(policy: &StackPolicy, pack: &PolicyPackSpec) -> Result<Source, NoSource> {
     match (&pack.git, &pack.flux_source, &pack.archive) {
         (Some(git), None, None) => git_source(policy, pack, git),
         (None, Some(flux), None) => {
@@ -143,10 +165,17 @@ pub fn pack_plan(
     policy: &StackPolicy,
     pack: &PolicyPackSpec,
 ) -> Result<PolicyPackPlan, PackUnavailable> {
-    let unavailable = |why: String| PackUnavailable {
-        policy: policy.name_any(),
-        pack: pack.name.clone(),
-        why,
+    let unavailable = |no: NoSource| {
+        let (why, pending) = match no {
+            NoSource::Pending(why) => (why, true),
+            NoSource::Failed(why) => (why, false),
+        };
+        PackUnavailable {
+            policy: policy.name_any(),
+            pack: pack.name.clone(),
+            why,
+            pending,
+        }
     };
     Ok(PolicyPackPlan {
         name: pack.name.clone(),
@@ -417,6 +446,56 @@ mod tests {
                 .ends_with("cannot read branch main: connection refused"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_pack_not_resolved_yet_is_pending_and_one_that_failed_is_not() {
+        let ns = labels(&[]);
+        let subject = Subject {
+            namespace_labels: &ns,
+            stack_labels: None,
+        };
+        let mut p = (*policy(
+            "limits",
+            LabelSelector::default(),
+            None,
+            vec![pack("tracking", None, Some("main"))],
+        ))
+        .clone();
+        let unavailable =
+            |p: &StackPolicy| packs_for(&[Arc::new(p.clone())], &subject).unwrap_err();
+        // Never resolved, resolved for an older generation, or being read: it ends by itself.
+        assert!(unavailable(&p).pending);
+        p.status = Some(StackPolicyStatus {
+            observed_generation: Some(2),
+            packs: vec![PolicyPackStatus {
+                name: "tracking".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let err = unavailable(&p);
+        assert!(err.pending);
+        assert!(
+            err.to_string().ends_with("is still being resolved"),
+            "{err}"
+        );
+        // Failed to resolve: a person must act.
+        p.status.as_mut().unwrap().packs[0].error = Some("cannot read branch main".into());
+        let err = unavailable(&p);
+        assert!(!err.pending);
+        assert!(
+            err.to_string().ends_with("cannot read branch main"),
+            "{err}"
+        );
+        // A spec that cannot work is not pending either.
+        let bad = policy(
+            "p",
+            LabelSelector::default(),
+            None,
+            vec![pack("x", None, None)],
+        );
+        assert!(!unavailable(&bad).pending);
     }
 
     #[test]

@@ -11,6 +11,8 @@ pub mod drift;
 pub mod inflight;
 pub mod objects;
 pub mod policy_check;
+#[cfg(test)]
+mod policy_wait_tests;
 pub mod prereq;
 pub mod reconcile;
 pub mod references;

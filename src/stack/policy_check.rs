@@ -9,12 +9,21 @@
 //! the packs' verdict (its preview failed for another reason: the pack could not be fetched,
 //! its dependencies not installed, the pod was lost) says so in `PolicyWarnings` and an Event,
 //! and is tried again after a backoff: it is never taken for a clean report.
+//!
+//! An operation due while a pack covering the Stack is still being resolved by the StackPolicy
+//! controller waits for it ([`pack_wait`]): `Reconciling` with [`REASON_WAITING_FOR_POLICY_PACK`],
+//! never `Stalled`, since it ends by itself; the policy's status change reconciles the Stack
+//! again. Only a pack that failed to resolve (or cannot be fetched or loaded) stalls the Stack,
+//! through the operation it fails (`PolicyPackFailed`): then a person must act.
 
+use crate::policy::PackUnavailable;
 use crate::stack::objects::{build_update, short_hash};
-use crate::stack::status::{mark_policy_warnings, set_policy_warnings};
+use crate::stack::status::{mark_policy_warnings, mark_reconciling, set_policy_warnings};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use pulumi_operator_api::backoff::Backoff;
+use pulumi_operator_api::names;
+use pulumi_operator_api::plan::PolicyPackPlan;
 use pulumi_operator_api::policy::{PolicyCheckFailure, PolicyReport};
 use pulumi_operator_api::{Stack, StackStatus, Update, UpdateType};
 use std::sync::Arc;
@@ -36,9 +45,52 @@ const RETRY: Backoff = Backoff::new(Duration::from_secs(30), 2.0, RETRY_MAX);
 pub const REASON_CHECK_FAILED: &str = "PolicyCheckFailed";
 /// The most lines of a failed check's error the status keeps.
 const FAILURE_LINES: usize = 5;
+/// The reason of `Reconciling` (and of the Normal Event) while an operation waits for a pack
+/// the StackPolicy controller has not resolved yet: it ends by itself.
+pub const REASON_WAITING_FOR_POLICY_PACK: &str = "WaitingForPolicyPack";
 
 pub fn is_check(update: &Update) -> bool {
     update.annotations().contains_key(POLICY_CHECK_ANNOTATION)
+}
+
+/// What a due operation does about the packs covering its Stack (as
+/// [`crate::policy::packs_for_stack`] gives them): `Some(message)`, naming the StackPolicy and
+/// the pack, to wait for a pack still being resolved; `None` to go on. A pack that failed to
+/// resolve does not wait: the operation fails for it (`PolicyPackFailed`) and the Stack stalls.
+pub fn pack_wait(packs: &Result<Option<Vec<PolicyPackPlan>>, PackUnavailable>) -> Option<String> {
+    match packs {
+        Err(unavailable) if unavailable.pending => Some(format!(
+            "{unavailable}: the operation waits for it and starts once the StackPolicy has \
+             resolved it"
+        )),
+        _ => None,
+    }
+}
+
+/// The Stack waits for a pack: `Reconciling` with [`REASON_WAITING_FOR_POLICY_PACK`] (Stalled
+/// removed). `true` when the wait is new to `written` (the status as last written), so that it
+/// is announced once, not at every reconcile.
+pub fn mark_waiting(
+    status: &mut StackStatus,
+    written: &StackStatus,
+    message: &str,
+    generation: i64,
+    now: &Time,
+) -> bool {
+    let already = written.conditions.iter().flatten().any(|c| {
+        c.type_ == names::CONDITION_RECONCILING
+            && c.status == names::STATUS_TRUE
+            && c.reason == REASON_WAITING_FOR_POLICY_PACK
+            && c.message == message
+    });
+    mark_reconciling(
+        status,
+        REASON_WAITING_FOR_POLICY_PACK,
+        message,
+        generation,
+        now,
+    );
+    !already
 }
 
 /// What a synced Stack needs because of its policy packs.
@@ -408,6 +460,68 @@ mod tests {
         });
         assert_eq!(absorb_check(&mut st, &claimed, 3, &Time(at(702))), None);
         assert_eq!(step(&st, Some("d3"), 0, at(702)), Step::Nothing);
+    }
+
+    fn unavailable(pending: bool) -> PackUnavailable {
+        PackUnavailable {
+            policy: "limits".into(),
+            pack: "k8s-limits".into(),
+            why: match pending {
+                true => "is still being resolved".into(),
+                false => "cannot read branch \"main\": repository not found".into(),
+            },
+            pending,
+        }
+    }
+
+    fn condition<'a>(
+        st: &'a StackStatus,
+        kind: &str,
+    ) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+        st.conditions.iter().flatten().find(|c| c.type_ == kind)
+    }
+
+    #[test]
+    fn a_pack_still_being_resolved_is_waited_for_reconciling_and_announced_once() {
+        let now = Time(at(0));
+        let message = pack_wait(&Err(unavailable(true))).expect("a wait");
+        assert!(
+            message.starts_with(
+                "policy pack \"k8s-limits\" of StackPolicy \"limits\" is still being resolved"
+            ),
+            "{message}"
+        );
+        // A Stack that had stalled before (e.g. on something since fixed) waits, not stalls.
+        let mut st = StackStatus::default();
+        crate::stack::status::mark_stalled(&mut st, "SourceUnavailable", "x", 3, &now);
+        let written = st.clone();
+        assert!(
+            mark_waiting(&mut st, &written, &message, 3, &now),
+            "a new wait"
+        );
+        let rec = condition(&st, names::CONDITION_RECONCILING).expect("Reconciling");
+        assert_eq!(
+            (rec.status.as_str(), rec.reason.as_str()),
+            ("True", REASON_WAITING_FOR_POLICY_PACK)
+        );
+        assert_eq!(rec.message, message);
+        assert_eq!(
+            condition(&st, names::CONDITION_READY).unwrap().status,
+            "False"
+        );
+        assert!(condition(&st, names::CONDITION_STALLED).is_none());
+        // Once written, the same wait is not announced again.
+        let written = st.clone();
+        assert!(!mark_waiting(&mut st, &written, &message, 3, &now));
+        assert_eq!(st, written);
+    }
+
+    #[test]
+    fn a_pack_that_failed_to_resolve_is_not_waited_for() {
+        // The operation runs and fails for it (`PolicyPackFailed`): that stalls the Stack.
+        assert_eq!(pack_wait(&Err(unavailable(false))), None);
+        assert_eq!(pack_wait(&Ok(Some(vec![]))), None);
+        assert_eq!(pack_wait(&Ok(None)), None);
     }
 
     fn stack() -> Stack {

@@ -64,6 +64,9 @@ const CLAIM_CONFLICT_REQUEUE: Duration = Duration::from_secs(2);
 const POLICY_CHECK_WAIT: Duration = Duration::from_secs(15);
 /// After the API server refused the operation's objects (the spec must change).
 const REJECTED_REQUEUE: Duration = Duration::from_secs(60);
+/// How soon a drift check put off for a policy pack still being resolved looks again (the
+/// StackPolicy's status change reconciles the Stack anyway; this is only a safety net).
+const POLICY_PACK_CHECK_WAIT: Duration = Duration::from_secs(60);
 
 /// One reconcile of one Stack: what it read and the status it is building.
 struct Pass<'a> {
@@ -1032,6 +1035,9 @@ impl<'a> Pass<'a> {
                 return Ok(waiting);
             }
         }
+        if let Some(waiting) = self.policy_pack_pending(drift_check).await {
+            return Ok(waiting);
+        }
         let workspace = build_workspace(self.stack, source);
         if let Some(refused) = self.refused_workspace(&workspace).await? {
             return Ok(refused);
@@ -1129,6 +1135,25 @@ impl<'a> Pass<'a> {
             &self.now,
         );
         Ok(Some(Action::await_change()))
+    }
+
+    /// A policy pack covering the Stack that the StackPolicy controller has not resolved yet:
+    /// the operation waits, `Reconciling` (never `Stalled`: it ends by itself), with a Normal
+    /// Event when the wait begins. The policy's status change reconciles the Stack again
+    /// (`controllers::stacks_of_policies`). A check changes no condition: it is put off.
+    async fn policy_pack_pending(&mut self, check: bool) -> Option<Action> {
+        let packs = crate::policy::packs_for_stack(self.stack, &self.ctx.stores);
+        let message = policy_check::pack_wait(&packs)?;
+        info!(%message, "waiting for a policy pack");
+        if check {
+            return Some(crate::runtime::requeue(POLICY_PACK_CHECK_WAIT));
+        }
+        let (generation, now) = (self.generation, &self.now);
+        if policy_check::mark_waiting(&mut self.status, &self.written, &message, generation, now) {
+            let reason = policy_check::REASON_WAITING_FOR_POLICY_PACK;
+            self.publish(EventType::Normal, reason, message).await;
+        }
+        Some(Action::await_change())
     }
 
     /// A workspace the administrator's limits refuse, or whose referenced objects are missing

@@ -1,7 +1,8 @@
 //! Update → Job, as pure functions: the runner's plan (from the Workspace and the Update) and
 //! the Job whose pod has PKO's workspace shape: init containers `bootstrap` (copies the runner
-//! into the `share` volume) and `fetch` (puts the program in `/share/workspace`), then the
-//! `pulumi` container running the copied runner in the Workspace's image.
+//! into its own volume, read-only for every other container) and `fetch` (puts the program in
+//! `/share/workspace`), then the `pulumi` container running the copied runner in the
+//! Workspace's image.
 
 use crate::program::PROGRAM_SCHEME;
 use crate::update::annotations::{
@@ -505,6 +506,9 @@ pub fn build_job(
 ) -> Result<Job, serde_json::Error> {
     let ours = operator_pod_spec(update, ws, cfg, shape);
     let (pod_meta, mut pod_spec) = merge_pod_template(ws, ours, job_labels(update))?;
+    if shape.policy_packs {
+        crate::update::policy_job::set_volume_paths(&mut pod_spec);
+    }
     let (key, value) = crate::update::fence::annotation();
     let mut pod_meta = pod_meta;
     pod_meta
@@ -579,8 +583,18 @@ fn pod_volumes(update: &Update, ws: &Workspace, shape: JobShape) -> PodVolumes {
             ..Default::default()
         });
     }
-    let mut pulumi_mounts = vec![share.clone(), plan_mount, crate::update::fence::mount()];
+    let mut pulumi_mounts = vec![
+        share.clone(),
+        plan_mount,
+        crate::update::fence::mount(),
+        mount(plan::RUNNER_VOLUME, plan::RUNNER_DIR, true),
+    ];
     volumes.push(crate::update::fence::volume());
+    volumes.push(Volume {
+        name: plan::RUNNER_VOLUME.into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    });
     if shape.policy_packs {
         volumes.push(crate::update::policy_job::packs_volume());
         fetch_mounts.push(crate::update::policy_job::packs_mount(false));
@@ -627,7 +641,8 @@ fn operator_pod_spec(update: &Update, ws: &Workspace, cfg: &JobConfig, shape: Jo
         fetch_env.push(pulumi_env_var());
         fetch.env = Some(fetch_env);
     }
-    let mut bootstrap = runner_container(cfg, "bootstrap", vec![v.share.clone()]);
+    let runner_rw = mount(plan::RUNNER_VOLUME, plan::RUNNER_DIR, false);
+    let mut bootstrap = runner_container(cfg, "bootstrap", vec![runner_rw]);
     bootstrap.args = Some(vec!["bootstrap".into(), plan::RUNNER_BINARY.into()]);
     let mut pulumi = pulumi_container(ws, restricted, v.pulumi_mounts);
     let mut init_containers = vec![bootstrap, fetch];
@@ -857,13 +872,26 @@ mod tests {
             .collect();
         assert_eq!(inits, ["bootstrap", "fetch", "policy", "extra"]);
         let policy = &pod["initContainers"][2];
-        assert_eq!(policy["command"], json!(["/share/pulumi-runner", "policy"]));
+        assert_eq!(policy["command"], json!([plan::RUNNER_BINARY, "policy"]));
         assert_eq!(policy["image"], pod["containers"][0]["image"]);
         // Nothing of the tenant's environment reaches the install.
         assert!(!policy.to_string().contains("PULUMI_CONFIG_PASSPHRASE"));
         let mounts = pod["containers"][0]["volumeMounts"].to_string();
         assert!(mounts.contains(r#"{"mountPath":"/var/run/pulumi-operator/policy-packs","name":"policy-packs","readOnly":true}"#), "{mounts}");
         assert_eq!(check_untouched(&pod, "runner", Some(DIGEST)), Ok(()));
+        // The runner learns where the pulumi container's volumes are, whatever the template
+        // says.
+        let (u2, mut ws2) = fixture();
+        tenant_template(
+            &mut ws2,
+            json!({"containers": [{"name": "pulumi", "env": [{"name": "PULUMI_OPERATOR_VOLUME_PATHS", "value": "/nothing"}]}]}),
+        );
+        let env = pod_of(&ws2, &u2)["containers"][0]["env"].to_string();
+        assert!(!env.contains("/nothing"), "{env}");
+        assert!(
+            env.contains(r#""value":"/share:/var/run/pulumi-operator/plan:/var/run/pulumi-operator/fence:/var/run/pulumi-operator/bin:/var/run/pulumi-operator/policy-packs"#),
+            "{env}"
+        );
         // A covered Job is not built without the digest of its plan.
         assert!(check_untouched(&pod, "runner", None).is_err());
         assert!(check_untouched(&pod, "runner", Some("sha256:other")).is_err());
@@ -912,11 +940,48 @@ mod tests {
             (
                 json!({"volumes": [{"name": "mine", "emptyDir": {}}],
                     "containers": [{"name": "pulumi", "volumeMounts": [{"name": "mine", "mountPath": "/var/run/pulumi-operator/policy-packs/limits/k8s"}]}]}),
-                "over or writable",
+                "over, under or above",
             ),
             (
                 json!({"containers": [{"name": "sidecar", "image": "busybox", "volumeMounts": [{"name": "policy-packs", "mountPath": "/packs"}]}]}),
-                "over or writable",
+                "writable",
+            ),
+            // Issue 45: the runner replaced by an init container writing its volume, a volume
+            // mounted over or above the runner's directory, a pre-filled volume in its place,
+            // a mount over the runner image's own executable, a bootstrap that copies
+            // something else, a process namespace shared with a tracer.
+            (
+                json!({"initContainers": [{"name": "swap", "image": "busybox", "volumeMounts": [{"name": "pulumi-runner", "mountPath": "/r"}]}]}),
+                "writable",
+            ),
+            (
+                json!({"containers": [{"name": "pulumi", "volumeMounts": [{"name": "share", "mountPath": "/var/run/pulumi-operator/bin"}]}]}),
+                "over, under or above",
+            ),
+            (
+                json!({"containers": [{"name": "pulumi", "volumeMounts": [{"name": "share", "mountPath": "/var/run/pulumi-operator"}]}]}),
+                "over, under or above",
+            ),
+            (
+                json!({"volumes": [{"name": "pulumi-runner", "persistentVolumeClaim": {"claimName": "mine"}}]}),
+                "pulumi-runner volume",
+            ),
+            (
+                json!({"volumes": [{"name": "mine", "configMap": {"name": "fake"}}],
+                    "initContainers": [{"name": "bootstrap", "volumeMounts": [{"name": "mine", "mountPath": "/usr/local/bin"}]}]}),
+                "operator's containers",
+            ),
+            (
+                json!({"initContainers": [{"name": "bootstrap", "args": ["bootstrap", "/share/x"]}]}),
+                "bootstrap container",
+            ),
+            (
+                json!({"shareProcessNamespace": true}),
+                "shareProcessNamespace",
+            ),
+            (
+                json!({"containers": [{"name": "pulumi", "env": [{"name": "LD_PRELOAD", "value": "/share/x.so"}]}]}),
+                "LD_PRELOAD",
             ),
         ];
         for (spec, want) in attempts {
@@ -1134,13 +1199,13 @@ mod tests {
         assert_eq!(inits, ["bootstrap", "fetch", "extra"]);
         assert_eq!(
             ps["initContainers"][0]["args"],
-            json!(["bootstrap", "/share/pulumi-runner"])
+            json!(["bootstrap", plan::RUNNER_BINARY])
         );
         assert_eq!(ps["initContainers"][2]["env"][0]["name"], "PULUMI_ENV");
         let c = &ps["containers"][0];
         assert_eq!(c["name"], "pulumi");
         assert_eq!(c["image"], "pulumi/pulumi:latest-nonroot");
-        assert_eq!(c["command"], json!(["/share/pulumi-runner", "run"]));
+        assert_eq!(c["command"], json!([plan::RUNNER_BINARY, "run"]));
         assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
         assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
         assert_eq!(c["resources"]["requests"]["ephemeral-storage"], "1Gi");
@@ -1174,7 +1239,7 @@ mod tests {
             .iter()
             .map(|v| v["name"].as_str().unwrap())
             .collect();
-        assert_eq!(volumes, ["share", "plan", "fence"]);
+        assert_eq!(volumes, ["share", "plan", "fence", "pulumi-runner"]);
         // No secret value anywhere in the Job.
         assert!(!serde_json::to_string(&job).unwrap().contains("do-not-leak"));
     }

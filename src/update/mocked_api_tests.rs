@@ -11,6 +11,7 @@ use http::{Request, Response};
 use kube::client::Body;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
+use pulumi_operator_api::policy::{PolicyPackStatus, StackPolicy};
 use pulumi_operator_api::{names, Stack, Update, UpdateType, Workspace};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
@@ -81,6 +82,17 @@ fn mocked(
     jobs: Vec<CachedJob>,
     pods: Vec<CachedPod>,
 ) -> (Arc<Context>, Arc<Mutex<Vec<Call>>>) {
+    mocked_with_policies(update, workspaces, jobs, pods, vec![])
+}
+
+/// [`mocked`], with these StackPolicies in the policy cache.
+fn mocked_with_policies(
+    update: &Update,
+    workspaces: Vec<Workspace>,
+    jobs: Vec<CachedJob>,
+    pods: Vec<CachedPod>,
+    policies: Vec<StackPolicy>,
+) -> (Arc<Context>, Arc<Mutex<Vec<Call>>>) {
     let calls = Arc::new(Mutex::new(Vec::new()));
     let recorded = calls.clone();
     let stored = serde_json::to_value(update).unwrap();
@@ -140,7 +152,7 @@ fn mocked(
         pods_by_update,
         pods_by_stack: index::Index::new(|_| None),
         updates_by_stack: index::Index::new(|_| None),
-        policies: store(vec![]).0,
+        policies: store(policies).0,
         namespaces: store(vec![namespace()]).0,
     };
     let ctx = Context::new(
@@ -289,4 +301,73 @@ async fn a_failed_job_is_absorbed_into_a_failed_status_and_a_warning_event() {
         "{event:?}"
     );
     assert_eq!(event.body["regarding"]["name"], name.as_str(), "{event:?}");
+}
+
+/// A StackPolicy covering every namespace, with one pack tracking a branch, and what its status
+/// says of the pack.
+fn policy(pack: PolicyPackStatus) -> StackPolicy {
+    serde_json::from_value(json!({
+        "apiVersion": "policy.pulumi-operator-rs.dev/v1alpha1", "kind": "StackPolicy",
+        "metadata": {"name": "limits", "generation": 1},
+        "spec": {"namespaceSelector": {}, "packs": [{"name": "k8s-limits",
+                 "git": {"url": "https://git.example/packs.git", "branch": "main"}}]},
+        "status": {"observedGeneration": 1, "packs": [pack]}
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn an_update_waits_for_a_pack_being_resolved_and_fails_for_one_that_failed() {
+    let (update, ws) = fixture();
+    let name = update.metadata.name.clone().unwrap();
+    let being_resolved = PolicyPackStatus {
+        name: "k8s-limits".into(),
+        ..Default::default()
+    };
+    let (ctx, calls) = mocked_with_policies(
+        &update,
+        vec![ws.clone()],
+        vec![],
+        vec![],
+        vec![policy(being_resolved)],
+    );
+    let action = super::reconcile::reconcile(Arc::new(update.clone()), ctx)
+        .await
+        .expect("the reconcile succeeds");
+    // Nothing is created nor written: it looks again soon (no StackPolicy watch triggers it).
+    assert_ne!(action, kube::runtime::controller::Action::await_change());
+    let calls = calls_of(&calls);
+    assert!(
+        calls.iter().all(|c| c.method == "GET"),
+        "an Update failed or ran without its pack: {calls:#?}"
+    );
+
+    let failed = PolicyPackStatus {
+        name: "k8s-limits".into(),
+        error: Some("cannot read branch \"main\": repository not found".into()),
+        ..Default::default()
+    };
+    let (ctx, calls) =
+        mocked_with_policies(&update, vec![ws], vec![], vec![], vec![policy(failed)]);
+    super::reconcile::reconcile(Arc::new(update.clone()), ctx)
+        .await
+        .expect("the reconcile succeeds");
+    let calls = calls_of(&calls);
+    assert!(
+        !calls.iter().any(|c| c.path.ends_with("/jobs")),
+        "ran without its pack: {calls:#?}"
+    );
+    let write = calls
+        .iter()
+        .find(|c| c.method == "PATCH" && c.path.ends_with(&format!("/updates/{name}/status")))
+        .unwrap_or_else(|| panic!("no status write: {calls:#?}"));
+    let failed = write.body["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Failed")
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(failed["status"], "True", "{write:?}");
+    assert_eq!(failed["reason"], "PolicyPackFailed", "{write:?}");
 }

@@ -71,7 +71,17 @@ pub fn policy_container(pulumi: &Container, share: VolumeMount) -> Container {
         image_pull_policy: pulumi.image_pull_policy.clone(),
         command: Some(policy_command()),
         env: Some(policy_env()),
-        volume_mounts: Some(vec![share, plan_mount, packs_mount(false)]),
+        volume_mounts: Some(vec![
+            share,
+            plan_mount,
+            packs_mount(false),
+            VolumeMount {
+                name: plan::RUNNER_VOLUME.into(),
+                mount_path: plan::RUNNER_DIR.into(),
+                read_only: Some(true),
+                ..Default::default()
+            },
+        ]),
         resources: pulumi.resources.clone(),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         security_context: pulumi.security_context.clone(),
@@ -102,6 +112,8 @@ pub fn check_untouched(
     check_stages(pod, runner_image, plan_digest)?;
     check_plan_digest(pod, plan_digest)?;
     check_mounts(pod)?;
+    check_processes(pod)?;
+    check_volume_paths(pod)?;
     check_env(pod)
 }
 
@@ -139,15 +151,20 @@ fn refused(what: &str) -> NotAllowed {
 }
 
 fn check_stages(pod: &Value, runner_image: &str, plan_digest: &str) -> Result<(), NotAllowed> {
-    let fetch = named(pod, "initContainers", "fetch")
-        .ok_or_else(|| refused("the fetch container is gone"))?;
-    if fetch.get("image").and_then(Value::as_str) != Some(runner_image)
-        || fetch.get("args") != Some(&json!(["fetch"]))
-        || !empty(fetch.get("command"))
-    {
-        return Err(refused(
-            "the template changes the fetch container's image, command or arguments",
-        ));
+    for (stage, args) in [
+        ("bootstrap", json!(["bootstrap", plan::RUNNER_BINARY])),
+        ("fetch", json!(["fetch"])),
+    ] {
+        let c = named(pod, "initContainers", stage)
+            .ok_or_else(|| refused(&format!("the {stage} container is gone")))?;
+        if c.get("image").and_then(Value::as_str) != Some(runner_image)
+            || c.get("args") != Some(&args)
+            || !empty(c.get("command"))
+        {
+            return Err(refused(&format!(
+                "the template changes the {stage} container's image, command or arguments"
+            )));
+        }
     }
     let policy = named(pod, "initContainers", POLICY_CONTAINER)
         .ok_or_else(|| refused("the policy container is gone"))?;
@@ -175,41 +192,181 @@ fn check_stages(pod: &Value, runner_image: &str, plan_digest: &str) -> Result<()
     Ok(())
 }
 
-/// The packs' volume is the operator's empty directory, only `fetch` and `policy` write it,
-/// and nothing else is mounted over it.
+/// A directory only the operator's own containers write: its volume, where it is mounted,
+/// and the init containers that may write it.
+struct Guarded {
+    volume: &'static str,
+    path: &'static str,
+    writers: &'static [&'static str],
+}
+
+/// The runner (copied by `bootstrap`) and the packs (fetched by `fetch`, installed by
+/// `policy`): what the tenant's containers could otherwise replace before the `pulumi`
+/// container runs them.
+const GUARDED: [Guarded; 2] = [
+    Guarded {
+        volume: plan::RUNNER_VOLUME,
+        path: plan::RUNNER_DIR,
+        writers: &["bootstrap"],
+    },
+    Guarded {
+        volume: PACKS_VOLUME,
+        path: POLICY_PACKS_DIR,
+        writers: &["fetch", POLICY_CONTAINER],
+    },
+];
+
+/// The operator's own init containers, which run the runner image or the runner.
+const OPERATOR_INITS: [&str; 3] = ["bootstrap", "fetch", POLICY_CONTAINER];
+
+/// Whether one of two absolute paths is the other or lies under it.
+fn overlaps(a: &str, b: &str) -> bool {
+    let parts = |p: &str| -> Vec<String> {
+        p.split('/')
+            .filter(|c| !c.is_empty() && *c != ".")
+            .map(str::to_string)
+            .collect()
+    };
+    let (a, b) = (parts(a), parts(b));
+    let n = a.len().min(b.len());
+    a[..n] == b[..n]
+}
+
+/// Every guarded volume is the operator's empty directory; only its writers mount it
+/// writable; no other volume is mounted over, under or above it; and the operator's init
+/// containers mount nothing but the operator's volumes (a mount over the runner image's
+/// executable would replace `bootstrap` or `fetch`).
 fn check_mounts(pod: &Value) -> Result<(), NotAllowed> {
-    let volume = containers(pod, "volumes")
-        .find(|v| v.get("name").and_then(Value::as_str) == Some(PACKS_VOLUME));
-    if volume != Some(&serde_json::to_value(packs_volume()).unwrap_or_default()) {
-        return Err(refused("the template replaces the policy-packs volume"));
+    let empty_dir = |name: &str| {
+        serde_json::to_value(Volume {
+            name: name.into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        })
+        .unwrap_or_default()
+    };
+    for g in &GUARDED {
+        let volume = containers(pod, "volumes")
+            .find(|v| v.get("name").and_then(Value::as_str) == Some(g.volume));
+        if volume != Some(&empty_dir(g.volume)) {
+            return Err(refused(&format!(
+                "the template replaces the {} volume",
+                g.volume
+            )));
+        }
     }
     for key in ["initContainers", "containers", "ephemeralContainers"] {
         for c in containers(pod, key) {
             let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
-            let writer = key == "initContainers" && (name == "fetch" || name == POLICY_CONTAINER);
+            let operators = key == "initContainers" && OPERATOR_INITS.contains(&name);
             for m in c
                 .get("volumeMounts")
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
             {
-                let path = m
-                    .get("mountPath")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let is_packs = m.get("name").and_then(Value::as_str) == Some(PACKS_VOLUME);
-                let read_only = m.get("readOnly") == Some(&Value::Bool(true));
-                if (is_packs && !read_only && !writer)
-                    || (!is_packs && path.starts_with(POLICY_PACKS_DIR))
-                {
-                    return Err(refused(&format!(
-                        "container {name:?} mounts {path:?} over or writable into the policy packs"
-                    )));
-                }
+                check_mount(key, name, operators, m)?;
             }
         }
     }
     Ok(())
+}
+
+/// One mount of container `name` (of the pod spec's list `key`), see [`check_mounts`].
+fn check_mount(key: &str, name: &str, operators: bool, m: &Value) -> Result<(), NotAllowed> {
+    let path = m
+        .get("mountPath")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let volume = m.get("name").and_then(Value::as_str).unwrap_or_default();
+    let read_only = m.get("readOnly") == Some(&Value::Bool(true));
+    let bad = |what: &str| {
+        Err(refused(&format!(
+            "container {name:?} mounts {volume:?} at {path:?} {what}"
+        )))
+    };
+    for g in &GUARDED {
+        if volume == g.volume {
+            let writer = key == "initContainers" && g.writers.contains(&name);
+            if !read_only && !writer {
+                return bad("writable: only the operator's containers write it");
+            }
+        } else if overlaps(path, g.path) {
+            return bad(&format!("over, under or above {}", g.path));
+        }
+    }
+    let own = [
+        (names::SHARE_VOLUME, names::SHARE_MOUNT_PATH),
+        ("plan", plan::PLAN_DIR),
+        ("program", plan::PROGRAM_DIR),
+        (PACKS_VOLUME, POLICY_PACKS_DIR),
+        (plan::RUNNER_VOLUME, plan::RUNNER_DIR),
+    ];
+    if operators && !own.contains(&(volume, path)) {
+        return bad("into one of the operator's containers");
+    }
+    Ok(())
+}
+
+/// No process of another container may see the runner's and Pulumi's: it could trace them.
+fn check_processes(pod: &Value) -> Result<(), NotAllowed> {
+    for field in ["shareProcessNamespace", "hostPID"] {
+        if pod.get(field) == Some(&Value::Bool(true)) {
+            return Err(refused(&format!("the template sets {field}")));
+        }
+    }
+    Ok(())
+}
+
+/// The mount paths of the `pulumi` container's volumes, as [`plan::VOLUME_PATHS_ENV`] says
+/// them.
+fn volume_paths(pulumi: &Container) -> String {
+    pulumi
+        .volume_mounts
+        .iter()
+        .flatten()
+        .map(|m| m.mount_path.as_str())
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Tells the runner of a covered operation where the `pulumi` container's volumes are
+/// mounted (see [`plan::VOLUME_PATHS_ENV`]); set once the Workspace's template is merged in.
+pub fn set_volume_paths(spec: &mut k8s_openapi::api::core::v1::PodSpec) {
+    for c in spec
+        .containers
+        .iter_mut()
+        .filter(|c| c.name == names::PULUMI_CONTAINER)
+    {
+        let value = volume_paths(c);
+        let env = c.env.get_or_insert_with(Vec::new);
+        env.retain(|e| e.name != plan::VOLUME_PATHS_ENV);
+        env.push(self::env(plan::VOLUME_PATHS_ENV, &value));
+    }
+}
+
+/// The `pulumi` container's [`plan::VOLUME_PATHS_ENV`] is there once and names every mount.
+fn check_volume_paths(pod: &Value) -> Result<(), NotAllowed> {
+    let pulumi: Option<Container> = named(pod, "containers", names::PULUMI_CONTAINER)
+        .and_then(|c| serde_json::from_value(c.clone()).ok());
+    let pulumi = pulumi.ok_or_else(|| refused("the pulumi container is gone"))?;
+    let set: Vec<&EnvVar> = pulumi
+        .env
+        .iter()
+        .flatten()
+        .filter(|e| e.name == plan::VOLUME_PATHS_ENV)
+        .collect();
+    match set.as_slice() {
+        [one]
+            if one.value_from.is_none() && one.value.as_deref() == Some(&volume_paths(&pulumi)) =>
+        {
+            Ok(())
+        }
+        _ => Err(refused(&format!(
+            "the template changes {} of the pulumi container",
+            plan::VOLUME_PATHS_ENV
+        ))),
+    }
 }
 
 fn check_env(pod: &Value) -> Result<(), NotAllowed> {

@@ -22,7 +22,9 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use pulumi_operator_api::plan::{plan_digest, plan_secret_name, FailureReason, RunPlan, PLAN_KEY};
+use pulumi_operator_api::plan::{
+    plan_digest, plan_secret_name, FailureReason, PolicyPackPlan, RunPlan, PLAN_KEY,
+};
 use pulumi_operator_api::{names, parse_duration, Update, UpdateStatus, Workspace};
 use serde::Serialize;
 use std::ops::ControlFlow;
@@ -287,6 +289,9 @@ const EVENT_STALE_LOCK_CLEARED: &str = "StaleLockCleared";
 /// the Workspace).
 const WORKSPACE_WAIT_SECONDS: i64 = 60;
 const LEFTOVER_RETRY: Duration = Duration::from_secs(2);
+/// How soon an Update waiting for a policy pack being resolved looks again (the Update
+/// controller does not watch StackPolicies).
+const POLICY_PACK_WAIT: Duration = Duration::from_secs(5);
 
 /// `?` for a phase of a reconcile: the phase's value when the reconcile goes on, else return
 /// what ends it.
@@ -1003,6 +1008,57 @@ async fn no_workspace(
     Ok(crate::runtime::requeue(Duration::from_secs(10)))
 }
 
+/// The policy packs the Update must run with (the operator's copies of private ones). A pack
+/// still being resolved is waited for (that ends by itself); one that is unavailable fails the
+/// Update (`PolicyPackFailed`).
+async fn policy_packs(
+    update: &Update,
+    ctx: &Context,
+    api: &Api<Update>,
+    now: &Time,
+) -> Result<ControlFlow<Action, Vec<PolicyPackPlan>>> {
+    let packs = match crate::policy::packs_for_update(update, &ctx.stores) {
+        Ok(Some(mut packs)) => {
+            // Packs of private repositories: the operator's copy, not the credentials.
+            crate::policy::archive::hand_over(
+                &ctx.client,
+                &ctx.config.lease_namespace,
+                &ctx.stores.policies.state(),
+                &mut packs,
+            )
+            .await
+            .map(|()| Some(packs))
+        }
+        other => other,
+    };
+    match packs {
+        Ok(Some(packs)) => Ok(ControlFlow::Continue(packs)),
+        Ok(None) => {
+            info!("namespace not in the cache yet: its policies are decided once it is");
+            Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(2))))
+        }
+        Err(unavailable) if unavailable.pending => {
+            // Not resolved yet (e.g. the policy changed after the Stack created this Update):
+            // that ends by itself, so the Update waits for it instead of failing.
+            info!(%unavailable, "waiting for a policy pack being resolved");
+            Ok(ControlFlow::Break(Action::requeue(POLICY_PACK_WAIT)))
+        }
+        Err(unavailable) => {
+            warn!(%unavailable, "operation refused: a policy pack is unavailable");
+            fail_before_start(
+                ctx,
+                api,
+                update,
+                FailureReason::PolicyPackFailed.as_str(),
+                format!("{unavailable}; the operation does not run without it"),
+                now,
+            )
+            .await
+            .map(ControlFlow::Break)
+        }
+    }
+}
+
 /// The runner's plan, with a new key to seal the outputs with and the approved plan an `up`
 /// applies. An Update that cannot have one fails.
 async fn run_plan(
@@ -1022,40 +1078,10 @@ async fn run_plan(
         }
     };
     // The administrator's policy packs: never run without them.
-    let packs = match crate::policy::packs_for_update(update, &ctx.stores) {
-        Ok(Some(mut packs)) => {
-            // Packs of private repositories: the operator's copy, not the credentials.
-            crate::policy::archive::hand_over(
-                &ctx.client,
-                &ctx.config.lease_namespace,
-                &ctx.stores.policies.state(),
-                &mut packs,
-            )
-            .await
-            .map(|()| Some(packs))
-        }
-        other => other,
+    plan.policy_packs = match policy_packs(update, ctx, api, now).await? {
+        ControlFlow::Continue(packs) => packs,
+        ControlFlow::Break(end) => return Ok(ControlFlow::Break(end)),
     };
-    match packs {
-        Ok(Some(packs)) => plan.policy_packs = packs,
-        Ok(None) => {
-            info!("namespace not in the cache yet: its policies are decided once it is");
-            return Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(2))));
-        }
-        Err(unavailable) => {
-            warn!(%unavailable, "operation refused: a policy pack is unavailable");
-            return fail_before_start(
-                ctx,
-                api,
-                update,
-                FailureReason::PolicyPackFailed.as_str(),
-                format!("{unavailable}; the operation does not run without it"),
-                now,
-            )
-            .await
-            .map(ControlFlow::Break);
-        }
-    }
     // The outputs come back sealed with this key in the pod's log (see `sealed`).
     plan.outputs_key = Some(pulumi_operator_api::sealed::new_key()?);
     let Some(approved) = crate::update::plan::applied_plan(update) else {

@@ -463,7 +463,11 @@ mod tests {
             .iter()
             .map(|v| v["name"].as_str().unwrap())
             .collect();
-        assert_eq!(vols, ["share", "plan", "fence"], "no program ConfigMap");
+        assert_eq!(
+            vols,
+            ["share", "plan", "fence", "pulumi-runner"],
+            "no program ConfigMap"
+        );
         // The workspace's pod is never held at an update pod's gate.
         let gates = &v["spec"]["template"]["spec"]["schedulingGates"];
         assert!(
@@ -548,11 +552,11 @@ mod tests {
         let c = &ps["containers"][0];
         assert_eq!(c["name"], "pulumi");
         assert_eq!(c["image"], "pulumi/pulumi:latest-nonroot");
-        assert_eq!(c["command"], json!(["/share/pulumi-runner", "workspace"]));
+        assert_eq!(c["command"], json!([plan::RUNNER_BINARY, "workspace"]));
         assert_eq!(c["workingDir"], "/share/workspace");
         assert_eq!(
             c["readinessProbe"]["exec"]["command"],
-            json!(["/share/pulumi-runner", "workspace", "--check"])
+            json!([plan::RUNNER_BINARY, "workspace", "--check"])
         );
         let mounts: Vec<(&str, &str)> = c["volumeMounts"]
             .as_array()
@@ -571,6 +575,7 @@ mod tests {
                 ("share", "/share"),
                 ("plan", "/var/run/pulumi-operator/plan"),
                 ("fence", "/var/run/pulumi-operator/fence"),
+                ("pulumi-runner", "/var/run/pulumi-operator/bin"),
                 ("cache", "/share/.pulumi")
             ]
         );
@@ -657,7 +662,7 @@ mod tests {
         };
         let plain = job(&ws);
         assert!(plain.get("affinity").is_none());
-        assert_eq!(plain["volumes"].as_array().unwrap().len(), 3);
+        assert_eq!(plain["volumes"].as_array().unwrap().len(), 4);
 
         ws.status = Some(WorkspaceStatus {
             address: Some("web-workspace-0".into()),
@@ -665,9 +670,9 @@ mod tests {
         });
         let retained = job(&ws);
         let vols = retained["volumes"].as_array().unwrap();
-        assert_eq!(vols[3]["name"], "cache");
+        assert_eq!(vols[4]["name"], "cache");
         assert_eq!(
-            vols[3]["persistentVolumeClaim"]["claimName"],
+            vols[4]["persistentVolumeClaim"]["claimName"],
             "cache-web-workspace-0"
         );
         let mounts = retained["containers"][0]["volumeMounts"]

@@ -5,6 +5,7 @@ use crate::cluster::{api_error, Cluster, STACKS};
 use crate::cmd::{color, wait_for, FIELD_MANAGER};
 use crate::view::approval::{approval_patch, check, pending_plan};
 use crate::view::plan::render;
+use crate::view::terminal::terminal_safe;
 use crate::view::wait::approve_progress;
 use anyhow::{anyhow, Result};
 use kube::api::{Patch, PatchParams};
@@ -40,8 +41,10 @@ pub async fn run(cluster: &Cluster, args: &ApproveArgs) -> Result<ExitCode> {
         return Err(refusal(cluster, &args.stack, &plan, e).await);
     }
     eprintln!(
-        "approved plan {plan} of stack {}/{}",
-        cluster.namespace, args.stack
+        "approved plan {} of stack {}/{}",
+        terminal_safe(&plan),
+        cluster.namespace,
+        args.stack
     );
     let wait_up = !args.no_wait;
     wait_for(cluster, &args.stack, args.timeout, |v| {

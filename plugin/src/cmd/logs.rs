@@ -4,12 +4,14 @@ use crate::cli::LogsArgs;
 use crate::cluster::{api_error, Cluster, UPDATES};
 use crate::view::history::{history, log_target};
 use crate::view::pods::{containers, ended, newest, phase, Phase};
+use crate::view::terminal::{terminal_safe, LogEscaper};
 use anyhow::{anyhow, bail, Result};
-use futures::io::AllowStdIo;
+use futures::{AsyncBufRead, AsyncBufReadExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, LogParams};
 use kube::ResourceExt;
 use pulumi_operator_api::{names, Update};
+use std::io::Write;
 use std::time::Duration;
 
 const POLL: Duration = Duration::from_secs(2);
@@ -85,15 +87,17 @@ async fn started(cluster: &Cluster, pod: &Pod, container: &str, follow: bool) ->
             ),
             Phase::Waiting(_) if ended(&current) => return Ok(false),
             Phase::Waiting(reason) if !follow => bail!(
-                "the {container} container of pod {} has not started yet ({reason}): use -f to \
+                "the {container} container of pod {} has not started yet ({}): use -f to \
                  wait for it, or --all-containers to see the init containers",
-                current.name_any()
+                current.name_any(),
+                terminal_safe(&reason)
             ),
             Phase::Waiting(reason) => {
                 if reason != said {
                     eprintln!(
-                        "waiting for the {container} container of pod {} ({reason})",
-                        current.name_any()
+                        "waiting for the {container} container of pod {} ({})",
+                        current.name_any(),
+                        terminal_safe(&reason)
                     );
                     said = reason;
                 }
@@ -120,10 +124,28 @@ async fn stream(cluster: &Cluster, pod: &str, container: &str, args: &LogsArgs) 
         .log_stream(pod, &params)
         .await
         .map_err(|e| api_error(e, cluster.action("get", "pods/log", Some(pod))))?;
-    futures::io::copy(reader, &mut AllowStdIo::new(std::io::stdout()))
+    copy_escaped(reader, &mut std::io::stdout())
         .await
-        .map_err(|e| anyhow!("reading the log of {pod}/{container}: {e}"))?;
-    Ok(())
+        .map_err(|e| anyhow!("reading the log of {pod}/{container}: {e}"))
+}
+
+/// Copies a log to `out` as it comes, line by line, escaped ([`LogEscaper`]): what the
+/// program printed cannot move the cursor or rewrite what was printed before.
+async fn copy_escaped(reader: impl AsyncBufRead, out: &mut impl Write) -> std::io::Result<()> {
+    let mut reader = std::pin::pin!(reader);
+    let mut escaper = LogEscaper::default();
+    loop {
+        let chunk = reader.fill_buf().await?;
+        if chunk.is_empty() {
+            break;
+        }
+        let (read, text) = (chunk.len(), escaper.push(chunk));
+        reader.as_mut().consume(read);
+        out.write_all(text.as_bytes())?;
+        out.flush()?;
+    }
+    out.write_all(escaper.finish().as_bytes())?;
+    out.flush()
 }
 
 /// Prints (or follows) the log of the Stack's running or last operation.
@@ -137,7 +159,7 @@ pub async fn run(cluster: &Cluster, args: &LogsArgs) -> Result<()> {
     };
     for container in &wanted {
         if args.all_containers {
-            println!("==> {update} {container} <==");
+            println!("==> {} {container} <==", terminal_safe(&update));
         }
         if started(cluster, &pod, container, args.follow).await? {
             stream(cluster, &pod.name_any(), container, args).await?;
@@ -149,4 +171,21 @@ pub async fn run(cluster: &Cluster, args: &LogsArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_log_is_copied_escaped_in_small_reads() {
+        let log = b"+ create a\n- delete b\x1b[1A\x1b[2K\rok\n\xe6\x9d\xb1 \x1b]8;;x\x07end";
+        let reader = futures::io::BufReader::with_capacity(3, futures::io::Cursor::new(log));
+        let mut out = Vec::new();
+        copy_escaped(reader, &mut out).await.expect("copied");
+        assert_eq!(
+            String::from_utf8(out).expect("UTF-8"),
+            "+ create a\n- delete b\\x1b[1A\\x1b[2K\\rok\n東 \\x1b]8;;x\\x07end"
+        );
+    }
 }

@@ -14,6 +14,7 @@ pub mod suspend;
 
 use crate::cli::{Cli, Command};
 use crate::cluster::{connect, Cluster};
+use crate::view::terminal::{terminal_safe, terminal_safe_text};
 use anyhow::Result;
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -73,7 +74,7 @@ pub async fn wait_for(
         let viewed = cluster.stack(stack).await?;
         match progress(&viewed) {
             Progress::Done { ok, message } => {
-                println!("{message}");
+                println!("{}", terminal_safe_text(&message));
                 return Ok(if ok {
                     ExitCode::SUCCESS
                 } else {
@@ -81,16 +82,17 @@ pub async fn wait_for(
                 });
             }
             Progress::Waiting(text) if text != said => {
-                eprintln!("{text}");
+                eprintln!("{}", terminal_safe(&text));
                 said = text;
             }
             Progress::Waiting(_) => {}
         }
         if tokio::time::Instant::now() >= deadline {
             eprintln!(
-                "timed out after {}s; still {said}. Follow it with `kubectl pulumi logs {stack} -f` \
+                "timed out after {}s; still {}. Follow it with `kubectl pulumi logs {stack} -f` \
                  or `kubectl pulumi get {stack} -w`",
-                timeout.as_secs()
+                timeout.as_secs(),
+                terminal_safe(&said)
             );
             return Ok(ExitCode::from(EXIT_TIMEOUT));
         }

@@ -6,6 +6,7 @@ use crate::cmd::color;
 use crate::view::format::structured;
 use crate::view::plan::{changes_from_plan_file, plan_view, render, PlanView, PlannedChange};
 use crate::view::rows::Viewed;
+use crate::view::terminal::terminal_safe;
 use anyhow::{anyhow, bail, Result};
 use k8s_openapi::api::core::v1::Secret;
 use pulumi_operator_api::names::{saved_plan_secret_name, SAVED_PLAN_KEY};
@@ -79,7 +80,7 @@ pub async fn run(cluster: &Cluster, args: &PlanArgs) -> Result<()> {
                 println!(
                     "\nThe diff: kubectl pulumi logs {s} --update {p}\nApprove:  kubectl pulumi approve {s} --plan {p}",
                     s = args.stack,
-                    p = view.plan
+                    p = terminal_safe(&view.plan)
                 );
             }
         }

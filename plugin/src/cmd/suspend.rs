@@ -2,6 +2,7 @@
 
 use crate::cluster::{api_error, to_viewed, Cluster, STACKS};
 use crate::cmd::FIELD_MANAGER;
+use crate::view::terminal::terminal_safe;
 use anyhow::{bail, Result};
 use kube::api::{Patch, PatchParams};
 
@@ -30,7 +31,7 @@ pub async fn run(cluster: &Cluster, stack: &str, suspend: bool) -> Result<()> {
         .status
         .as_ref()
         .and_then(|s| s.current_update.as_ref())
-        .and_then(|c| c.name.clone());
+        .and_then(|c| c.name.as_deref().map(|n| terminal_safe(n).into_owned()));
     let ns = &cluster.namespace;
     match (suspend, running) {
         (true, Some(op)) => println!(

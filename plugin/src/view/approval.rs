@@ -3,6 +3,7 @@
 //! pending plan changes between the read and the write.
 
 use crate::view::rows::Viewed;
+use crate::view::terminal::terminal_safe;
 use pulumi_operator_api::names::APPROVE_PLAN_ANNOTATION as APPROVE_ANNOTATION;
 use pulumi_operator_api::ApprovalState;
 use serde_json::json;
@@ -16,15 +17,18 @@ pub fn pending_plan(viewed: &Viewed) -> Option<String> {
 }
 
 /// Refuses when the plan the user reviewed (`expected`) is not the pending one.
+/// The plans are named escaped ([`terminal_safe`]): the pending one comes from the cluster.
 pub fn check(stack: &str, pending: Option<&str>, expected: Option<&str>) -> Result<String, String> {
     match (pending, expected) {
         (None, _) => Err(format!(
             "stack {stack:?} has no plan awaiting approval (`kubectl pulumi plan {stack}` shows its last plan)"
         )),
         (Some(p), Some(e)) if p != e => Err(format!(
-            "refused: the plan {e:?} is no longer pending, the pending plan is now {p:?} (a new \
+            "refused: the plan \"{e}\" is no longer pending, the pending plan is now \"{p}\" (a new \
              commit, spec change or reconcile request replaced it). Review it with `kubectl pulumi \
-             plan {stack}`, then `kubectl pulumi approve {stack} --plan {p}`"
+             plan {stack}`, then `kubectl pulumi approve {stack} --plan {p}`",
+            e = terminal_safe(e),
+            p = terminal_safe(p),
         )),
         (Some(p), _) => Ok(p.to_string()),
     }
@@ -78,6 +82,18 @@ mod tests {
         assert!(check("app", None, Some("p1"))
             .unwrap_err()
             .contains("no plan awaiting approval"));
+    }
+
+    #[test]
+    fn a_refusal_names_the_pending_plan_escaped() {
+        let refused = check("app", Some("p2\x1b[2K\r\n"), Some("p1")).unwrap_err();
+        assert!(
+            refused.contains("now \"p2\\x1b[2K\\r\\n\"")
+                && refused.contains("--plan p2\\x1b[2K\\r\\n"),
+            "{refused}"
+        );
+        // What is approved is the plan as it is, not as it is shown.
+        assert_eq!(check("app", Some("p\x1b"), None), Ok("p\x1b".into()));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use crate::view::format::{age, short, table, Cell};
 use crate::view::history::{history, HistoryRow};
 use crate::view::rows::{row, StackRow, Viewed};
+use crate::view::terminal::{terminal_safe, terminal_safe_text};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStatus, Event, Pod};
 use kube::ResourceExt;
@@ -306,14 +307,20 @@ fn since(time: Option<&str>, now: jiff::Timestamp) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
+/// Multi-line text under a label: escaped ([`terminal_safe_text`]), its lines indented.
+fn lines(text: &str, indent: &str) -> String {
+    terminal_safe_text(text.trim_end()).replace('\n', &format!("\n{indent}"))
+}
+
 fn render_update(u: &UpdatePart, now: jiff::Timestamp, out: &mut String) {
+    let e = terminal_safe;
     let h = &u.update;
     let result = if h.reason.is_empty() {
         h.result.as_str().to_string()
     } else {
-        format!("{} ({})", h.result.as_str(), h.reason)
+        format!("{} ({})", h.result.as_str(), e(&h.reason))
     };
-    out.push_str(&format!("  {} {} {result}", h.name, h.kind));
+    out.push_str(&format!("  {} {} {result}", e(&h.name), e(&h.kind)));
     if h.start_time.is_some() {
         out.push_str(&format!(
             ", started {}",
@@ -324,76 +331,82 @@ fn render_update(u: &UpdatePart, now: jiff::Timestamp, out: &mut String) {
         out.push_str(&format!(", took {}", crate::view::format::duration(d)));
     }
     if !h.revision.is_empty() {
-        out.push_str(&format!(
-            ", revision {}",
-            h.revision.chars().take(12).collect::<String>()
-        ));
+        let revision: String = h.revision.chars().take(12).collect();
+        out.push_str(&format!(", revision {}", e(&revision)));
     }
     if !h.note.is_empty() {
-        out.push_str(&format!(" [{}]", h.note));
+        out.push_str(&format!(" [{}]", e(&h.note)));
     }
     out.push('\n');
     if !h.message.is_empty() {
-        out.push_str(&format!(
-            "    Message: {}\n",
-            h.message.trim_end().replace('\n', "\n      ")
-        ));
+        out.push_str(&format!("    Message: {}\n", lines(&h.message, "      ")));
     }
     match &u.job {
         Some(j) if j.message.is_empty() => {
-            out.push_str(&format!("    Job {}: {}\n", j.name, j.state))
+            out.push_str(&format!("    Job {}: {}\n", e(&j.name), e(&j.state)))
         }
         Some(j) => out.push_str(&format!(
             "    Job {}: {} ({})\n",
-            j.name, j.state, j.message
+            e(&j.name),
+            e(&j.state),
+            e(&j.message)
         )),
         None => out.push_str(
             "    Job: gone (deleted with its finished Update's TTL, or not created yet)\n",
         ),
     }
     for p in &u.pods {
-        out.push_str(&format!("    Pod {}: {}\n", p.name, p.phase));
+        out.push_str(&format!("    Pod {}: {}\n", e(&p.name), e(&p.phase)));
         for c in &p.containers {
             let init = if c.init { " (init)" } else { "" };
             let message = if c.message.is_empty() {
                 String::new()
             } else {
-                format!(": {}", short(&c.message, 100))
+                format!(": {}", e(&short(&c.message, 100)))
             };
-            out.push_str(&format!("      {}{init}: {}{message}\n", c.name, c.state));
+            out.push_str(&format!(
+                "      {}{init}: {}{message}\n",
+                e(&c.name),
+                e(&c.state)
+            ));
         }
     }
 }
 
 fn render_head(c: &Chain, now: jiff::Timestamp, out: &mut String) {
+    let e = terminal_safe;
     let s = &c.stack;
     out.push_str(&format!(
         "Name:        {}\nNamespace:   {}\n",
-        s.name, s.namespace
+        e(&s.name),
+        e(&s.namespace)
     ));
     out.push_str(&format!(
         "Stack:       {}\nSource:      {}\n",
-        c.pulumi_stack, c.source
+        e(&c.pulumi_stack),
+        e(&c.source)
     ));
     out.push_str(&format!("State:       {}\n", s.state.as_str()));
     if !s.reason.is_empty() {
-        out.push_str(&format!("Reason:      {}\n", s.reason));
+        out.push_str(&format!("Reason:      {}\n", e(&s.reason)));
     }
     if !s.message.is_empty() {
         out.push_str(&format!(
             "Message:     {}\n",
-            s.message.trim_end().replace('\n', "\n             ")
+            lines(&s.message, "             ")
         ));
     }
     if let Some(l) = &s.last_operation {
         let when = since(l.time.as_deref(), now);
         out.push_str(&format!(
             "Last:        {} {} {} ({when})\n",
-            l.kind, l.name, l.state
+            e(&l.kind),
+            e(&l.name),
+            e(&l.state)
         ));
     }
     if let Some(op) = &s.current_operation {
-        out.push_str(&format!("Running:     {op}\n"));
+        out.push_str(&format!("Running:     {}\n", e(op)));
     }
 }
 
@@ -543,6 +556,55 @@ mod tests {
         let json = serde_json::to_value(&c).expect("json");
         assert_eq!(json["updates"][0]["name"], "app-2");
         assert_eq!(json["updates"][0]["job"]["state"], "Running");
+    }
+
+    #[test]
+    fn messages_from_the_cluster_are_shown_escaped() {
+        let (mut stack, mut updates, jobs, mut pods, mut events) = objects();
+        let hide = "\x1b[2K\r\x1b[1A";
+        let status = stack.stack.status.get_or_insert_with(Default::default);
+        status.current_update =
+            Some(serde_json::from_value(json!({"name": format!("app-2{hide}")})).expect("current"));
+        if let Some(c) = status.conditions.as_mut().and_then(|c| c.first_mut()) {
+            c.message = format!("busy{hide}\u{202e}");
+        }
+        if let Some(s) = updates[0].status.as_mut() {
+            s.message = Some(format!("failed:\n  delete db{hide}\n\u{9b}2Kdone"));
+        }
+        events[0].message = Some("\x1b]8;;https://x.example/\x07click\x1b]8;;\x07".into());
+        let waiting = json!({"waiting": {"reason": format!("Err{hide}"), "message": "m\u{200b}"}});
+        let pod_status = pods[0].status.get_or_insert_with(Default::default);
+        if let Some(c) = pod_status
+            .container_statuses
+            .as_mut()
+            .and_then(|c| c.first_mut())
+        {
+            c.state = Some(serde_json::from_value(waiting).expect("state"));
+        }
+        let c = chain(
+            &Objects {
+                stack: &stack,
+                updates: &updates,
+                jobs: &jobs,
+                pods: &pods,
+                events: &events,
+            },
+            10,
+        );
+        let now: jiff::Timestamp = "2026-01-01T01:00:00Z".parse().expect("time");
+        let text = render(&c, now);
+        for want in [
+            "Running:     app-2\\x1b[2K\\r\\x1b[1A\n",
+            "busy\\x1b[2K\\r\\x1b[1A\\u{202e}\n",
+            "    Message: failed:\n        delete db\\x1b[2K\\r\\x1b[1A\n      \\u{9b}2Kdone\n",
+            "      pulumi: Waiting Err\\x1b[2K\\r\\x1b[1A: m\\u{200b}\n",
+            "\\x1b]8;;https://x.example/\\x07click\\x1b]8;;\\x07\n",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in:\n{text}");
+        }
+        for bad in ['\x1b', '\r', '\x07', '\u{9b}', '\u{202e}', '\u{200b}'] {
+            assert!(!text.contains(bad), "{bad:?} in:\n{text}");
+        }
     }
 
     #[test]

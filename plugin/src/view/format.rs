@@ -1,7 +1,9 @@
 //! Text output: kubectl-style ages and durations, aligned tables with optional colour, and
 //! JSON or YAML for scripts.
 
+use crate::view::terminal::terminal_safe;
 use serde::Serialize;
+use std::borrow::Cow;
 
 /// How a command prints its result (`-o`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -119,29 +121,37 @@ impl Cell {
 
 /// An aligned table in kubectl's style (upper-case headers, three spaces between columns, the
 /// last column not padded). Colour codes are added after padding so that columns stay aligned.
+/// Cells hold text from the cluster: each is shown escaped ([`terminal_safe`], one line) and
+/// measured as shown.
 pub fn table(headers: &[&str], rows: &[Vec<Cell>], color: bool) -> String {
+    let header: Vec<Cell> = headers.iter().map(|h| Cell::plain(*h)).collect();
+    let shown: Vec<Vec<(Cow<'_, str>, Option<Color>)>> = std::iter::once(&header)
+        .chain(rows)
+        .map(|r| {
+            r.iter()
+                .map(|c| (terminal_safe(&c.text), c.color))
+                .collect()
+        })
+        .collect();
     let widths: Vec<usize> = (0..headers.len())
         .map(|i| {
-            rows.iter()
+            shown
+                .iter()
                 .filter_map(|r| r.get(i))
-                .map(|c| c.text.chars().count())
-                .chain([headers[i].len()])
+                .map(|(text, _)| text.chars().count())
                 .max()
                 .unwrap_or(0)
         })
         .collect();
-    let header: Vec<Cell> = headers.iter().map(|h| Cell::plain(*h)).collect();
     let mut out = String::new();
-    for row in std::iter::once(&header).chain(rows) {
+    for row in &shown {
         let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            let last = i + 1 == row.len();
-            let pad = if last {
-                0
-            } else {
-                widths[i].saturating_sub(cell.text.chars().count()) + 3
+        for (i, (text, cell_color)) in row.iter().enumerate() {
+            let pad = match widths.get(i) {
+                Some(w) if i + 1 < row.len() => w.saturating_sub(text.chars().count()) + 3,
+                _ => 0,
             };
-            line.push_str(&paint(&cell.text, cell.color, color));
+            line.push_str(&paint(text, *cell_color, color));
             line.push_str(&" ".repeat(pad));
         }
         out.push_str(line.trim_end());
@@ -201,6 +211,25 @@ mod tests {
         );
         let colored = table(&["NAME", "STATE"], &rows, true);
         assert!(colored.contains("app             \x1b[32mReady\x1b[0m"));
+    }
+
+    #[test]
+    fn cells_are_shown_escaped_and_aligned_as_shown() {
+        let rows = vec![
+            vec![
+                Cell::colored("delete", Some(Color::Red)),
+                Cell::plain("gone\x1b[2K\r\x1b[1A"),
+                Cell::plain("x"),
+            ],
+            vec![Cell::plain("create"), Cell::plain("a\nb"), Cell::plain("y")],
+        ];
+        let text = table(&["OP", "NAME", "Z"], &rows, true);
+        assert_eq!(
+            text,
+            "OP       NAME                   Z\n\
+             \x1b[31mdelete\x1b[0m   gone\\x1b[2K\\r\\x1b[1A   x\n\
+             create   a\\nb                   y\n"
+        );
     }
 
     #[test]

@@ -11,4 +11,5 @@ pub mod plan;
 pub mod pods;
 pub mod rows;
 pub mod state;
+pub mod terminal;
 pub mod wait;

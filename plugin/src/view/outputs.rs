@@ -103,6 +103,18 @@ mod tests {
     }
 
     #[test]
+    fn outputs_render_escaped() {
+        let outputs: BTreeMap<String, Value> = serde_json::from_value(
+            json!({"url": "https://ok.example\x1b[2K\r\u{202e}", "multi": "a\nb"}),
+        )
+        .expect("outputs");
+        assert_eq!(
+            render(&outputs),
+            "KEY     VALUE\nmulti   a\\nb\nurl     https://ok.example\\x1b[2K\\r\\u{202e}\n"
+        );
+    }
+
+    #[test]
     fn outputs_render_one_per_line() {
         assert_eq!(
             render(&outputs()),

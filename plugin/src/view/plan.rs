@@ -4,6 +4,7 @@
 //! resources) or, without the right to read Secrets, from `status.approval` (at most 20).
 
 use crate::view::format::{table, Cell, Color};
+use crate::view::terminal::terminal_safe;
 use pulumi_operator_api::{ApprovalStatus, ResourceChange};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -205,21 +206,24 @@ fn op_color(op: &str) -> Option<Color> {
 }
 
 /// The plan as text: what it is, its counts, one line per resource, and what to run next.
+/// What comes from the cluster or the program (the plan's id, revision, each resource's
+/// operation, type and name) is shown escaped ([`terminal_safe`]).
 pub fn render(view: &PlanView, color: bool) -> String {
-    let mut out = format!("Stack:     {}/{}\n", view.namespace, view.stack);
-    out.push_str(&format!("Plan:      {}\n", view.plan));
-    out.push_str(&format!("State:     {}\n", view.state));
+    let e = terminal_safe;
+    let mut out = format!("Stack:     {}/{}\n", e(&view.namespace), e(&view.stack));
+    out.push_str(&format!("Plan:      {}\n", e(&view.plan)));
+    out.push_str(&format!("State:     {}\n", e(&view.state)));
     if let Some(t) = &view.planned_time {
-        out.push_str(&format!("Planned:   {t}\n"));
+        out.push_str(&format!("Planned:   {}\n", e(t)));
     }
     if !view.revision.is_empty() {
-        out.push_str(&format!("Revision:  {}\n", view.revision));
+        out.push_str(&format!("Revision:  {}\n", e(&view.revision)));
     }
     out.push_str(&format!("Changes:   {}\n", count_line(&view.counts)));
     if !view.refused.is_empty() {
         out.push_str(&format!(
-            "Refused:   an approval of {:?} (not this plan)\n",
-            view.refused
+            "Refused:   an approval of \"{}\" (not this plan)\n",
+            e(&view.refused)
         ));
     }
     if !view.changes.is_empty() {
@@ -243,7 +247,7 @@ pub fn render(view: &PlanView, color: bool) -> String {
         out.push_str(&format!(
             "(the first {listed} of {total} changes, from the Stack's status: reading the saved plan \
              Secret {} needs `get secrets`)\n",
-            pulumi_operator_api::names::saved_plan_secret_name(&view.plan)
+            e(&pulumi_operator_api::names::saved_plan_secret_name(&view.plan))
         ));
     }
     out
@@ -331,6 +335,78 @@ mod tests {
         );
         assert!(text.contains("the first 1 of 25 changes"), "{text}");
         assert!(text.contains("app-plan-abc-saved-plan"), "{text}");
+    }
+
+    /// Resources whose URNs would, printed raw, erase the `delete` row (erase line, CR, cursor
+    /// up), hide behind a hyperlink, read reversed (U+202E) or erase with an 8-bit CSI.
+    const HOSTILE: [&str; 4] = [
+        "urn:pulumi:dev::e2e::standin:index:Record::db\x1b[2K\r\x1b[1A",
+        "urn:pulumi:dev::e2e::standin:index:Record::\x1b]8;;https://x.example/\x07ok\x1b]8;;\x07",
+        "urn:pulumi:dev::e2e::standin:index:Record\u{202e}::logs",
+        "urn:pulumi:dev::e2e::standin:index:Record::c\u{9b}2K",
+    ];
+
+    /// No escape sequence, CR, C1 control or bidi override but the colours `render` adds.
+    fn assert_inert(text: &str) {
+        let plain = ["31", "32", "33", "0"]
+            .iter()
+            .fold(text.to_string(), |t, c| {
+                t.replace(&format!("\x1b[{c}m"), "")
+            });
+        for bad in ['\x1b', '\r', '\u{9b}', '\u{202e}', '\x07'] {
+            assert!(!plain.contains(bad), "{bad:?} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_hostile_urn_cannot_hide_a_delete() {
+        let steps: serde_json::Map<String, serde_json::Value> = HOSTILE
+            .iter()
+            .map(|u| (u.to_string(), json!({"steps": ["delete"]})))
+            .chain([(URN.to_string(), json!({"steps": ["create"]}))])
+            .collect();
+        let file = json!({"resourcePlans": steps}).to_string();
+        let changes = changes_from_plan_file(&file).expect("parses");
+        let view = plan_view("app", "team", &approval(), Some(changes));
+        let text = render(&view, false);
+        for row in [
+            "delete      standin:index:Record           db\\x1b[2K\\r\\x1b[1A\n",
+            "delete      standin:index:Record           \\x1b]8;;https://x.example/\\x07ok\\x1b]8;;\\x07\n",
+            "delete      standin:index:Record           c\\u{9b}2K\n",
+            "delete      standin:index:Record\\u{202e}   logs\n",
+        ] {
+            assert!(text.contains(row), "missing {row:?} in:\n{text}");
+        }
+        assert!(
+            text.contains("Changes:   1 to create, 4 to delete\n"),
+            "{text}"
+        );
+        assert_inert(&text);
+        // On a terminal (colours on) as `plan` and `approve` print it.
+        let colored = render(&view, true);
+        assert!(colored.contains("\x1b[31mdelete\x1b[0m"), "{colored}");
+        assert_inert(&colored);
+        // The JSON output keeps the URN as it is (serde escapes it).
+        let json = serde_json::to_string(&view).expect("json");
+        assert!(json.contains("db\\u001b[2K\\r\\u001b[1A"), "{json}");
+    }
+
+    #[test]
+    fn from_the_status_a_hostile_urn_and_plan_id_are_escaped() {
+        let mut a = approval();
+        a.plan = Some("p1\x1b[2K\rp2".into());
+        a.resources =
+            vec![
+                serde_json::from_value(json!({"urn": HOSTILE[0], "operation": "delete"}))
+                    .expect("a resource change"),
+            ];
+        let text = render(&plan_view("app", "team", &a, None), false);
+        assert!(
+            text.contains("delete      standin:index:Record   db\\x1b[2K\\r\\x1b[1A\n"),
+            "{text}"
+        );
+        assert!(text.contains("Plan:      p1\\x1b[2K\\rp2\n"), "{text}");
+        assert_inert(&text);
     }
 
     #[test]

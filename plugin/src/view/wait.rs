@@ -5,6 +5,7 @@
 use crate::view::plan::count_line;
 use crate::view::rows::Viewed;
 use crate::view::state::condition;
+use crate::view::terminal::{terminal_safe as e, terminal_safe_text};
 use kube::ResourceExt;
 use pulumi_operator_api::names;
 use pulumi_operator_api::{ApprovalState, Stack, StackStatus, StackUpdateStateMessage};
@@ -44,9 +45,9 @@ fn last_result(status: &StackStatus) -> (bool, String) {
         .as_ref()
         .map(|s| s.to_string())
         .unwrap_or_default();
-    let mut message = format!("{kind} {name} {state}");
+    let mut message = format!("{} {} {}", e(&kind), e(&name), e(&state));
     if let Some(m) = last.message.as_ref().filter(|m| !ok && !m.is_empty()) {
-        message.push_str(&format!(": {m}"));
+        message.push_str(&format!(": {}", terminal_safe_text(m)));
     }
     (ok, message)
 }
@@ -54,19 +55,22 @@ fn last_result(status: &StackStatus) -> (bool, String) {
 fn stalled(stack: &Stack) -> Option<String> {
     condition(stack, names::CONDITION_STALLED)
         .filter(|c| c.status == names::STATUS_TRUE)
-        .map(|c| format!("the Stack is Stalled ({}): {}", c.reason, c.message))
+        .map(|c| {
+            let message = terminal_safe_text(&c.message);
+            format!("the Stack is Stalled ({}): {message}", e(&c.reason))
+        })
 }
 
 fn waiting_reason(stack: &Stack) -> String {
     condition(stack, names::CONDITION_RECONCILING)
         .filter(|c| c.status == names::STATUS_TRUE)
-        .map(|c| format!("{}: {}", c.reason, c.message))
+        .map(|c| format!("{}: {}", e(&c.reason), e(&c.message)))
         .unwrap_or_else(|| "waiting for the operator".into())
 }
 
 fn awaiting_plan(stack: &Stack, request: &str) -> Option<Progress> {
     let a = stack.status.as_ref()?.approval.as_ref()?;
-    let plan = a.plan.as_deref()?;
+    let plan = e(a.plan.as_deref()?);
     (a.state == Some(ApprovalState::AwaitingApproval)
         && a.reconcile_request.as_deref() == Some(request))
     .then(|| {
@@ -110,7 +114,7 @@ pub fn reconcile_progress(viewed: &Viewed, request: &str) -> Progress {
     if let Some(c) = current {
         return Progress::Waiting(format!(
             "operation {} runs",
-            c.name.as_deref().unwrap_or("?")
+            e(c.name.as_deref().unwrap_or("?"))
         ));
     }
     if let Some(p) = awaiting_plan(stack, request) {
@@ -136,26 +140,30 @@ pub fn approve_progress(viewed: &Viewed, plan: &str, wait_up: bool) -> Progress 
     };
     let pending = a.plan.as_deref().unwrap_or("");
     let applied = a.last_applied.as_deref() == Some(plan);
+    let (shown, name) = (e(plan), viewed.stack.name_any());
     if applied && status.current_update.is_none() {
         let (ok, message) = last_result(status);
-        return done(ok, format!("the plan {plan} was applied: {message}"));
+        return done(ok, format!("the plan {shown} was applied: {message}"));
     }
     if pending != plan && !applied {
-        return done(false, format!(
-            "approval refused (ApprovalRefused): the pending plan is now {pending:?}, not {plan:?}; \
-             review it with `kubectl pulumi plan {}`", viewed.stack.name_any()
-        ));
+        return done(
+            false,
+            format!(
+            "approval refused (ApprovalRefused): the pending plan is now \"{}\", not \"{shown}\"; \
+             review it with `kubectl pulumi plan {name}`", e(pending)
+        ),
+        );
     }
     match a.state {
         Some(ApprovalState::Applying) | Some(ApprovalState::Applied) if !wait_up => done(
             true,
-            format!("the plan {plan} was approved (PlanApproved): its up runs"),
+            format!("the plan {shown} was approved (PlanApproved): its up runs"),
         ),
         Some(ApprovalState::Applying) | Some(ApprovalState::Applied) => Progress::Waiting(format!(
-            "the plan {plan} was approved (PlanApproved): its up runs"
+            "the plan {shown} was approved (PlanApproved): its up runs"
         )),
         _ => Progress::Waiting(format!(
-            "the plan {plan} waits for the operator to take the approval"
+            "the plan {shown} waits for the operator to take the approval"
         )),
     }
 }
@@ -254,6 +262,41 @@ mod tests {
             reconcile_progress(&prereq, "r1"),
             Progress::Waiting("PrerequisiteNotSatisfied: net".into())
         );
+    }
+
+    #[test]
+    fn what_the_stack_says_is_escaped() {
+        let hide = "\x1b[2K\r\x1b[1A";
+        let failed = viewed(
+            json!({"observedReconcileRequest": "r1",
+            "lastUpdate": {"name": format!("app-2{hide}"), "type": "up", "reconcileRequest": "r1",
+                           "state": "failed", "message": format!("boom\n  delete db{hide}")}}),
+            false,
+        );
+        assert_eq!(
+            reconcile_progress(&failed, "r1"),
+            done(
+                false,
+                "up app-2\\x1b[2K\\r\\x1b[1A failed: boom\n  delete db\\x1b[2K\\r\\x1b[1A".into()
+            )
+        );
+        let gated = viewed(
+            json!({"observedReconcileRequest": "r1", "approval": {
+            "plan": "p1\u{202e}\n", "state": "AwaitingApproval", "reconcileRequest": "r1"}}),
+            false,
+        );
+        let Progress::Done { message, .. } = reconcile_progress(&gated, "r1") else {
+            panic!()
+        };
+        assert!(message.contains("--plan p1\\u{202e}\\n`"), "{message}");
+        let replaced = viewed(
+            json!({"approval": {"plan": "p2\u{9b}2K", "state": "AwaitingApproval"}}),
+            false,
+        );
+        let Progress::Done { message, .. } = approve_progress(&replaced, "p1", true) else {
+            panic!()
+        };
+        assert!(message.contains("now \"p2\\u{9b}2K\""), "{message}");
     }
 
     #[test]

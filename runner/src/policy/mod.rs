@@ -4,6 +4,7 @@
 //! `preview` and `up` and reports what they found ([`report`]). The pure pieces shared by
 //! these steps are here.
 
+pub mod cli;
 pub mod fetch;
 pub mod install;
 pub mod report;
@@ -153,6 +154,13 @@ mod tests {
             "npm_config_registry",
             "NPM_CONFIG_PREFIX",
             "PIP_INDEX_URL",
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "PYTHONUSERBASE",
+            "PYTHONPYCACHEPREFIX",
+            "PYTHONWARNINGS",
+            "BASH_ENV",
+            "NODE_COMPILE_CACHE",
         ] {
             assert!(changes_how_packs_run(name), "{name}");
         }
@@ -162,7 +170,9 @@ mod tests {
             "PULUMI_CONFIG_PASSPHRASE",
             "NODE_ENV",
             "PYTHONUNBUFFERED",
+            "PYTHONDONTWRITEBYTECODE",
             "PIPX_HOME",
+            "NODE_EXTRA_CA_CERTS",
             "node_options",
         ] {
             assert!(!changes_how_packs_run(name), "{name}");
