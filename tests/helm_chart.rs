@@ -138,3 +138,110 @@ fn the_chart_deployment_has_the_kustomize_essentials() {
         );
     }
 }
+
+/// The chart's stack identity guard (`stackIdentityGuard.enabled`, off by default) has the
+/// rules of the kustomize component (`kustomize/components/stack-identity-guard`): its
+/// files/stack-identity-guard.yaml is the component's policy less the first variable, the
+/// operator's user, which the template sets to the release's ServiceAccount; the binding and the
+/// parameter ConfigMap say what the component's say.
+#[test]
+fn the_chart_guards_stack_identities_as_the_component_does() {
+    let component = root().join("kustomize/components/stack-identity-guard");
+    let docs = documents(&read(&component.join("policy.yaml")));
+    let of_kind = |kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"].as_str() == Some(kind))
+            .unwrap_or_else(|| panic!("no {kind} in the component's policy.yaml"))
+            .clone()
+    };
+    let policy = of_kind("ValidatingAdmissionPolicy");
+    let binding = of_kind("ValidatingAdmissionPolicyBinding");
+    let rules: Value =
+        serde_norway::from_str(&read(&chart().join("files/stack-identity-guard.yaml")))
+            .expect("the chart's guard rules parse");
+    let spec = &policy["spec"];
+    assert_eq!(
+        rules["matchConstraints"], spec["matchConstraints"],
+        "charts/pulumi-operator/files/stack-identity-guard.yaml differs from the component's \
+         policy.yaml (matchConstraints): change both"
+    );
+    assert_eq!(
+        rules["validations"], spec["validations"],
+        "charts/pulumi-operator/files/stack-identity-guard.yaml differs from the component's \
+         policy.yaml (validations): change both"
+    );
+    let variables = spec["variables"].as_sequence().expect("variables");
+    assert_eq!(variables[0]["name"].as_str(), Some("operator"));
+    assert_eq!(
+        variables[0]["expression"].as_str(),
+        Some(
+            "request.userInfo.username == 'system:serviceaccount:pulumi-operator:pulumi-operator'"
+        ),
+        "the component exempts kustomize/base's operator ServiceAccount"
+    );
+    assert_eq!(
+        rules["variables"]
+            .as_sequence()
+            .expect("the chart's variables"),
+        &variables[1..],
+        "charts/pulumi-operator/files/stack-identity-guard.yaml differs from the component's \
+         policy.yaml (variables after `operator`): change both"
+    );
+    // The binding enforces the policy where the policy applies, with the component's ConfigMap.
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(
+        binding["spec"]["matchResources"]["namespaceSelector"],
+        spec["matchConstraints"]["namespaceSelector"]
+    );
+    assert_eq!(
+        spec["matchConstraints"]["namespaceSelector"]["matchLabels"]
+            ["pulumi-operator-rs.dev/stack-identity-guard"]
+            .as_str(),
+        Some("enforced")
+    );
+    let params = &documents(&read(&component.join("parameters.yaml")))[0];
+    assert_eq!(
+        binding["spec"]["paramRef"]["name"],
+        params["metadata"]["name"]
+    );
+    assert_eq!(
+        binding["spec"]["paramRef"]["namespace"],
+        params["metadata"]["namespace"]
+    );
+    assert_eq!(params["data"]["serviceAccounts"].as_str(), Some("pulumi"));
+
+    // The chart: off by default, the same default ServiceAccounts, the shared rules used.
+    let values: Value =
+        serde_norway::from_str(&read(&chart().join("values.yaml"))).expect("values parse");
+    let guard = &values["stackIdentityGuard"];
+    assert_eq!(
+        guard["enabled"].as_bool(),
+        Some(false),
+        "the guard is opt-in"
+    );
+    assert_eq!(
+        guard["serviceAccounts"]
+            .as_sequence()
+            .expect("stackIdentityGuard.serviceAccounts")
+            .iter()
+            .map(|v| v.as_str().expect("a name"))
+            .collect::<Vec<_>>()
+            .join(","),
+        params["data"]["serviceAccounts"].as_str().expect("names")
+    );
+    let template = read(&chart().join("templates/stack-identity-guard.yaml"));
+    for expected in [
+        "files/stack-identity-guard.yaml",
+        ".Values.stackIdentityGuard.enabled",
+        ".Values.stackIdentityGuard.serviceAccounts",
+        "validationActions: [Deny]",
+        "parameterNotFoundAction: Deny",
+        "failurePolicy: Fail",
+        "- name: operator\n",
+    ] {
+        assert!(
+            template.contains(expected),
+            "the chart's guard: no {expected}"
+        );
+    }
+}

@@ -39,6 +39,10 @@ fn the_chart_lints_and_renders_what_the_api_server_accepts() {
             "extraEnv[0].value=1",
             "--set",
             "podLabels.team=infra",
+            "--set",
+            "stackIdentityGuard.enabled=true",
+            "--set",
+            "stackIdentityGuard.serviceAccounts={pulumi,deployer}",
         ],
     ] {
         let chart = chart();
@@ -75,6 +79,9 @@ fn the_chart_lints_and_renders_what_the_api_server_accepts() {
             "example.com",
             "name: EXTRA",
             "team: infra",
+            "kind: ValidatingAdmissionPolicy\n",
+            "serviceAccounts: \"pulumi,deployer\"",
+            "request.userInfo.username == 'system:serviceaccount:pulumi-operator-helm:helm-po-pulumi-operator'",
         ] {
             assert!(rendered.contains(expected), "no {expected} in:\n{rendered}");
         }

@@ -51,7 +51,7 @@ LAST="pulumi-operator-tests:rbac_audit pulumi-operator-tests:helm_install
 # The rest run side by side, the longest first so that the lanes end together (the ones not
 # named here, short, follow in any order).
 LONGEST_FIRST="pulumi-operator-tests:e2e_programs pulumi-operator-tests:e2e_policy
-  pulumi-operator-tests:e2e_pulumi pulumi-operator-tests:e2e_s3 pulumi-operator-tests:e2e
+  pulumi-operator-tests:e2e_bypass pulumi-operator-tests:e2e_pulumi pulumi-operator-tests:e2e_s3 pulumi-operator-tests:e2e
   pulumi-operator-tests:e2e_workspace pulumi-operator-tests:e2e_sources
   pulumi-operator-tests:e2e_suspend pulumi-operator-tests:e2e_fields pulumi-runner:run
   pulumi-runner:workspace pulumi-operator-tests:e2e_plugin pulumi-operator-tests:monitoring"

@@ -47,9 +47,11 @@ pub struct StackPolicySpec {
     /// covers every namespace.
     pub namespace_selector: LabelSelector,
 
-    /// Only the Stacks with these labels, in the selected namespaces. An Update created
-    /// without a Stack is covered by every policy whose namespace selector matches, whatever
-    /// this says (its labels are the tenant's to choose).
+    /// Only the Stacks with these labels, in the selected namespaces. Advisory: a Stack's
+    /// labels are written by whoever writes the Stack, so a tenant who removes the label
+    /// removes the packs; a policy that must hold against tenants selects by namespace only
+    /// (namespace labels are the cluster administrator's). An Update created without a Stack
+    /// is covered by every policy whose namespace selector matches, whatever this says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack_selector: Option<LabelSelector>,
 }
