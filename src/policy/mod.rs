@@ -207,6 +207,17 @@ pub fn packs_for(
 }
 
 /// A namespace's labels from the cache; `None` while the cache has not seen it.
+/// The namespace label that turns the stack identity guard on
+/// (`kustomize/components/stack-identity-guard`), and its value.
+pub const GUARD_LABEL: (&str, &str) = ("pulumi-operator-rs.dev/stack-identity-guard", "enforced");
+
+/// Whether the namespace is under the stack identity guard, by its cached labels (`false`
+/// while it is not cached: the packs' own check already waits for the namespace).
+pub fn guarded(stores: &Stores, ns: &str) -> bool {
+    namespace_labels(stores, ns)
+        .is_some_and(|l| l.get(GUARD_LABEL.0).map(String::as_str) == Some(GUARD_LABEL.1))
+}
+
 fn namespace_labels(stores: &Stores, ns: &str) -> Option<Labels> {
     let namespace = stores.namespaces.get(&ObjectRef::new(ns))?;
     Some(namespace.metadata.labels.clone().unwrap_or_default())

@@ -878,7 +878,7 @@ mod tests {
         assert!(!policy.to_string().contains("PULUMI_CONFIG_PASSPHRASE"));
         let mounts = pod["containers"][0]["volumeMounts"].to_string();
         assert!(mounts.contains(r#"{"mountPath":"/var/run/pulumi-operator/policy-packs","name":"policy-packs","readOnly":true}"#), "{mounts}");
-        assert_eq!(check_untouched(&pod, "runner", Some(DIGEST)), Ok(()));
+        assert_eq!(check_untouched(&pod, "runner", Some(DIGEST), false), Ok(()));
         // The runner learns where the pulumi container's volumes are, whatever the template
         // says.
         let (u2, mut ws2) = fixture();
@@ -893,12 +893,37 @@ mod tests {
             "{env}"
         );
         // A covered Job is not built without the digest of its plan.
-        assert!(check_untouched(&pod, "runner", None).is_err());
-        assert!(check_untouched(&pod, "runner", Some("sha256:other")).is_err());
+        assert!(check_untouched(&pod, "runner", None, false).is_err());
+        assert!(check_untouched(&pod, "runner", Some("sha256:other"), false).is_err());
         // Without packs, the Job is as before.
         let plain =
             serde_json::to_value(build_job(&u, &ws, &cfg(), JobShape::default()).unwrap()).unwrap();
         assert!(!plain.to_string().contains("policy-packs"));
+    }
+
+    #[test]
+    fn under_the_identity_guard_a_covered_pod_runs_only_the_operators_containers() {
+        use crate::update::policy_job::check_untouched;
+        let (u, ws) = fixture();
+        // The fixture's pod template has an init container of its own ("extra").
+        let err = check_untouched(&pod_of(&ws, &u), "runner", Some(DIGEST), true).unwrap_err();
+        assert!(err.0.contains("\"extra\""), "{err}");
+        assert!(err.0.contains("stack-identity-guard=enforced"), "{err}");
+        let (u, mut ws) = fixture();
+        ws.spec.init_containers = None;
+        tenant_template(
+            &mut ws,
+            json!({"containers": [{"name": "sidecar", "image": "pulumi/pulumi", "command": ["pulumi", "up"]}]}),
+        );
+        let err = check_untouched(&pod_of(&ws, &u), "runner", Some(DIGEST), true).unwrap_err();
+        assert!(err.0.contains("\"sidecar\""), "{err}");
+        let (u, mut ws) = fixture();
+        ws.spec.init_containers = None;
+        ws.spec.pod_template = None;
+        assert_eq!(
+            check_untouched(&pod_of(&ws, &u), "runner", Some(DIGEST), true),
+            Ok(())
+        );
     }
 
     #[test]
@@ -980,6 +1005,14 @@ mod tests {
                 "shareProcessNamespace",
             ),
             (
+                json!({"initContainers": [{"name": "fetch", "env": [{"name": "GIT_CONFIG_COUNT", "value": "1"}]}]}),
+                "GIT_CONFIG_COUNT on the fetch container",
+            ),
+            (
+                json!({"initContainers": [{"name": "fetch", "envFrom": [{"configMapRef": {"name": "git"}}]}]}),
+                "fetch container envFrom",
+            ),
+            (
                 json!({"containers": [{"name": "pulumi", "env": [{"name": "LD_PRELOAD", "value": "/share/x.so"}]}]}),
                 "LD_PRELOAD",
             ),
@@ -987,7 +1020,7 @@ mod tests {
         for (spec, want) in attempts {
             let (u, mut ws) = fixture();
             tenant_template(&mut ws, spec.clone());
-            let err = check_untouched(&pod_of(&ws, &u), "runner", Some(DIGEST))
+            let err = check_untouched(&pod_of(&ws, &u), "runner", Some(DIGEST), false)
                 .expect_err(&spec.to_string());
             assert!(err.0.contains(want), "{spec}: {err}");
         }
@@ -998,7 +1031,7 @@ mod tests {
             json!({"nodeSelector": {"pool": "pulumi"}, "containers": [{"name": "pulumi", "env": [{"name": "TZ", "value": "UTC"}]}]}),
         );
         assert_eq!(
-            check_untouched(&pod_of(&ws, &u), "runner", Some(DIGEST)),
+            check_untouched(&pod_of(&ws, &u), "runner", Some(DIGEST), false),
             Ok(())
         );
     }

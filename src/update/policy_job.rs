@@ -107,9 +107,14 @@ pub fn check_untouched(
     pod: &Value,
     runner_image: &str,
     plan_digest: Option<&str>,
+    guarded: bool,
 ) -> Result<(), NotAllowed> {
     let plan_digest = plan_digest.ok_or_else(|| refused("the plan's digest is unknown"))?;
+    if guarded {
+        check_only_operator_containers(pod)?;
+    }
     check_stages(pod, runner_image, plan_digest)?;
+    check_operator_env(pod)?;
     check_plan_digest(pod, plan_digest)?;
     check_mounts(pod)?;
     check_processes(pod)?;
@@ -188,6 +193,68 @@ fn check_stages(pod: &Value, runner_image: &str, plan_digest: &str) -> Result<()
         return Err(refused(
             "the template replaces the pulumi container's command or arguments",
         ));
+    }
+    Ok(())
+}
+
+/// Under the stack identity guard the packs are a boundary: a container of the tenant's in
+/// the pod would run as the Stack's ServiceAccount, with its identity, without the packs.
+fn check_only_operator_containers(pod: &Value) -> Result<(), NotAllowed> {
+    let tenant = containers(pod, "initContainers")
+        .chain(containers(pod, "containers"))
+        .filter_map(|c| c.get("name").and_then(Value::as_str))
+        .find(|n| !OPERATOR_INITS.contains(n) && *n != names::PULUMI_CONTAINER);
+    match tenant {
+        None => Ok(()),
+        Some(name) => Err(NotAllowed(format!(
+            "container {name:?} of the Workspace's pod template would run as the Stack's \
+             ServiceAccount without the administrator's policy packs, and the namespace is \
+             under the stack identity guard ({}={}): an operation the packs cover runs only the \
+             operator's containers there",
+            crate::policy::GUARD_LABEL.0,
+            crate::policy::GUARD_LABEL.1
+        ))),
+    }
+}
+
+/// `bootstrap` and `fetch` get only the operator's variables: git reads its configuration
+/// from the environment (`GIT_CONFIG_*`, `GIT_SSH_COMMAND`), and `fetch` writes the packs.
+fn check_operator_env(pod: &Value) -> Result<(), NotAllowed> {
+    use pulumi_gitauth::env as git;
+    let allowed = [
+        names::PULUMI_ENV_VAR,
+        plan::PLAN_DIGEST_ENV,
+        git::SSH_PRIVATE_KEY,
+        git::SSH_KNOWN_HOSTS,
+        git::USERNAME,
+        git::PASSWORD,
+        git::TOKEN,
+        git::GITHUB_APP_ID,
+        git::GITHUB_APP_INSTALLATION_ID,
+        git::GITHUB_APP_PRIVATE_KEY,
+        git::GITHUB_API_URL,
+    ];
+    for stage in ["bootstrap", "fetch"] {
+        let Some(c) = named(pod, "initContainers", stage) else {
+            continue;
+        };
+        let extra = c
+            .get("env")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.get("name").and_then(Value::as_str))
+            .find(|n| !allowed.contains(n));
+        if let Some(name) = extra {
+            return Err(refused(&format!(
+                "the template sets {name} on the {stage} container"
+            )));
+        }
+        if !empty(c.get("envFrom")) {
+            return Err(refused(&format!(
+                "the template gives the {stage} container envFrom"
+            )));
+        }
     }
     Ok(())
 }

@@ -1206,6 +1206,7 @@ async fn create_job(
                 &pod_spec,
                 &cfg.runner_image,
                 cfg.plan_digest.as_deref(),
+                crate::policy::guarded(&ctx.stores, ns),
             )
         } else {
             Ok(())
