@@ -213,29 +213,6 @@ fn as_tenant(ns: &str, yaml: &str) {
     assert!(ok, "the tenant's apply: {out}{err}\n{yaml}");
 }
 
-fn pack_files() -> Vec<(String, String)> {
-    let dir = test_support::repo_root().join("tests/policy-packs/typescript-limits");
-    let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
-        .expect("the pack")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.is_file())
-        .map(|p| {
-            let file = p
-                .file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned();
-            (
-                format!("packs/typescript-limits/{file}"),
-                std::fs::read_to_string(&p).expect("pack file"),
-            )
-        })
-        .collect();
-    files.sort();
-    files
-}
-
 /// What the Stack says about its end: the Stalled reason and the last Update's message.
 fn verdict(s: &pulumi_operator_api::Stack) -> String {
     let stalled = s
@@ -343,7 +320,7 @@ async fn no_tenant_attempt_deploys_past_a_mandatory_pack() {
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: tenant-edit}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edit}}\nsubjects:\n- {{apiGroup: rbac.authorization.k8s.io, kind: User, name: \"{TENANT}\"}}\n"
     ));
     let mut files = vec![("Pulumi.yaml".to_string(), PROGRAM.to_string())];
-    files.extend(pack_files());
+    files.extend(test_support::pack_files("typescript-limits"));
     let program = f.repo.commit_files(&files, "program and pack");
     // The project's own analyzer and language host: the tenant's pulumi, in the checkout.
     files.push(("bin/pulumi-analyzer-policy".to_string(), fake_pulumi()));

@@ -172,25 +172,6 @@ async fn a_stack_policy_resolves_its_packs_and_covers_only_its_namespaces() {
     let _ = policies.delete(&name, &DeleteParams::default()).await;
 }
 
-/// A pack's files (tests/policy-packs/<name>), at `packs/<name>/` in a repository.
-fn pack_files(name: &str) -> Vec<(String, String)> {
-    let dir = test_support::repo_root()
-        .join("tests/policy-packs")
-        .join(name);
-    let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.expect("pack dir entry").path())
-        .filter(|p| p.is_file())
-        .map(|p| {
-            let file = p.file_name().unwrap().to_string_lossy().into_owned();
-            let content = std::fs::read_to_string(&p).expect("pack file");
-            (format!("packs/{name}/{file}"), content)
-        })
-        .collect();
-    files.sort();
-    files
-}
-
 const TOKEN: &str = "tok-policy-never-in-logs";
 const FIRST: Duration = Duration::from_secs(900);
 
@@ -321,8 +302,8 @@ async fn packs_refuse_warn_and_follow_their_configuration() {
     let ns = f.ns().to_string();
     let mut files = typescript_program();
     let program_only = files.clone();
-    files.extend(pack_files("typescript-limits"));
-    files.extend(pack_files("python-advisory"));
+    files.extend(test_support::pack_files("typescript-limits"));
+    files.extend(test_support::pack_files("python-advisory"));
     let bad = f.repo.commit_files(&files, "no limits");
     for (path, content) in files.iter_mut() {
         if path == "index.ts" {
@@ -814,7 +795,7 @@ async fn a_private_pack_on_a_branch_is_fetched_by_the_operator_and_rechecked_whe
         &["--user", "admin", "--password", PACK_PASSWORD, "--quiet"],
     );
     let url = format!("{}/packs.git", server.url);
-    let advisory: Vec<(String, String)> = pack_files("typescript-limits")
+    let advisory: Vec<(String, String)> = test_support::pack_files("typescript-limits")
         .into_iter()
         .map(|(path, content)| match path.ends_with("index.ts") {
             true => {
@@ -927,7 +908,7 @@ spec:
         "no PolicyCheckFailed Event"
     );
 
-    let second = packs.commit_files(&pack_files("typescript-limits"), "mandatory");
+    let second = packs.commit_files(&test_support::pack_files("typescript-limits"), "mandatory");
     wait_policy(
         &policies,
         &name,
@@ -968,7 +949,7 @@ async fn a_plan_secret_edited_before_the_pod_starts_is_refused() {
     prepare(&f);
     let ns = f.ns().to_string();
     let mut files = vec![("Pulumi.yaml".to_string(), PROGRAM.to_string())];
-    files.extend(pack_files("typescript-limits"));
+    files.extend(test_support::pack_files("typescript-limits"));
     let sha = f.repo.commit_files(&files, "program and pack");
     kubectl(&["label", "namespace", &ns, &format!("policy-e2e={ns}")]);
     let name = format!("{ns}-limits");

@@ -1784,3 +1784,21 @@ pub fn reconciling(s: &pulumi_operator_api::Stack) -> Option<(String, String)> {
         .find(|c| c.type_ == "Reconciling" && c.status == "True")
         .map(|c| (c.reason.clone(), c.message.clone()))
 }
+
+/// The files of the policy pack `tests/policy-packs/<name>`, as `packs/<name>/<file>`, for a
+/// test repository's commit.
+pub fn pack_files(name: &str) -> Vec<(String, String)> {
+    let dir = repo_root().join("tests/policy-packs").join(name);
+    let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("pack dir entry").path())
+        .filter(|p| p.is_file())
+        .map(|p| {
+            let file = p.file_name().unwrap().to_string_lossy().into_owned();
+            let content = std::fs::read_to_string(&p).expect("pack file");
+            (format!("packs/{name}/{file}"), content)
+        })
+        .collect();
+    files.sort();
+    files
+}
