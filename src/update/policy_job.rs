@@ -118,7 +118,6 @@ pub fn check_untouched(
     check_plan_digest(pod, plan_digest)?;
     check_mounts(pod)?;
     check_processes(pod)?;
-    check_volume_paths(pod)?;
     check_env(pod)
 }
 
@@ -398,7 +397,8 @@ fn volume_paths(pulumi: &Container) -> String {
 }
 
 /// Tells the runner of a covered operation where the `pulumi` container's volumes are
-/// mounted (see [`plan::VOLUME_PATHS_ENV`]); set once the Workspace's template is merged in.
+/// mounted (see [`plan::VOLUME_PATHS_ENV`]); set once the Workspace's template is merged in,
+/// over any value of the template's, so there is nothing of the tenant's left to check.
 pub fn set_volume_paths(spec: &mut k8s_openapi::api::core::v1::PodSpec) {
     for c in spec
         .containers
@@ -409,30 +409,6 @@ pub fn set_volume_paths(spec: &mut k8s_openapi::api::core::v1::PodSpec) {
         let env = c.env.get_or_insert_with(Vec::new);
         env.retain(|e| e.name != plan::VOLUME_PATHS_ENV);
         env.push(self::env(plan::VOLUME_PATHS_ENV, &value));
-    }
-}
-
-/// The `pulumi` container's [`plan::VOLUME_PATHS_ENV`] is there once and names every mount.
-fn check_volume_paths(pod: &Value) -> Result<(), NotAllowed> {
-    let pulumi: Option<Container> = named(pod, "containers", names::PULUMI_CONTAINER)
-        .and_then(|c| serde_json::from_value(c.clone()).ok());
-    let pulumi = pulumi.ok_or_else(|| refused("the pulumi container is gone"))?;
-    let set: Vec<&EnvVar> = pulumi
-        .env
-        .iter()
-        .flatten()
-        .filter(|e| e.name == plan::VOLUME_PATHS_ENV)
-        .collect();
-    match set.as_slice() {
-        [one]
-            if one.value_from.is_none() && one.value.as_deref() == Some(&volume_paths(&pulumi)) =>
-        {
-            Ok(())
-        }
-        _ => Err(refused(&format!(
-            "the template changes {} of the pulumi container",
-            plan::VOLUME_PATHS_ENV
-        ))),
     }
 }
 

@@ -27,12 +27,6 @@ fn refused(detail: String) -> Failure {
     Failure::new(FailureReason::PolicyPackFailed, detail)
 }
 
-/// Whether `p` is `root` or lies under it (both made absolute without their symlinks
-/// where they exist).
-fn under(p: &Path, root: &Path) -> bool {
-    p.starts_with(root)
-}
-
 fn real(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
@@ -58,7 +52,8 @@ pub fn trusted_cli(
         .filter(|p| p.starts_with('/'))
         .map(|p| real(Path::new(p)))
         .collect();
-    let on_volume = |p: &Path| volumes.iter().any(|v| under(p, v));
+    // Both sides without their symlinks (where they exist): a link cannot hide a volume.
+    let on_volume = |p: &Path| volumes.iter().any(|v| p.starts_with(v));
     let mut kept: Vec<PathBuf> = Vec::new();
     let mut left_out = Vec::new();
     for dir in std::env::split_paths(path_var.unwrap_or_default()) {
