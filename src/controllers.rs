@@ -358,6 +358,10 @@ fn stack_controller(
             stacks.clone(),
             cluster.namespaces.store(),
         ))
+        .reconcile_on(stacks_of_terminating_namespaces(
+            cluster.namespaces.subscribe(),
+            stacks.clone(),
+        ))
         .owns_shared_stream(w.updates.subscribe())
         .watches_shared_stream(w.programs.subscribe(), stacks_using_program(stacks))
         .graceful_shutdown_on(cancelled(shutdown.clone()))
@@ -401,6 +405,26 @@ fn stacks_of_policies(
             .iter()
             .map(|s| ObjectRef::from(s.as_ref()))
             .collect();
+        futures::stream::iter(refs)
+    })
+}
+
+/// A namespace being deleted reconciles its Stacks at once: each starts nothing more, lets go of
+/// an operation that never started and releases its finalizer (or destroys), so that the
+/// namespace controller finds them ready to go when it reaches them.
+fn stacks_of_terminating_namespaces(
+    namespaces: crate::runtime::watch::Feed<Namespace>,
+    stacks: Store<Stack>,
+) -> impl futures::Stream<Item = ObjectRef<Stack>> {
+    namespaces.flat_map(move |namespace| {
+        let refs: Vec<ObjectRef<Stack>> = match namespace.metadata.deletion_timestamp {
+            Some(_) => stacks
+                .state_filter(|s| s.metadata.namespace == namespace.metadata.name)
+                .iter()
+                .map(|s| ObjectRef::from(s.as_ref()))
+                .collect(),
+            None => Vec::new(),
+        };
         futures::stream::iter(refs)
     })
 }

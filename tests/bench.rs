@@ -6,6 +6,14 @@
 //!
 //! (which builds the release binaries, points the test cluster at them, and runs
 //! `cargo test --release --test bench benchmark -- --ignored --nocapture`). Phases:
+//! 0. the floors (BENCH_FLOORS=1), first, in the same run on the same cluster:
+//!    `tests/bench/api-cost.py floor N` (stand-in controllers that POST one Job per Stack as
+//!    each appears) and `api-cost.py api-floor N` (per Stack one status write, the Update and
+//!    its Job: what a first operation needs in this API), each while N Stacks are applied from
+//!    one file, with the operator stopped and the nodes cordoned; then the operator is back,
+//!    Ready and holding its Lease before anything of it is measured. Phase 1's "all Jobs" is
+//!    reported as a multiple of each floor (result.json: `floors`, `burst.vs_job_floor`,
+//!    `burst.vs_api_floor`; the last line of result.md);
 //! 1. reaction and throughput with pods held Pending (nodes cordoned, so that running Pulumi
 //!    does not take the CPU being measured): N commit-pinned Stacks applied at once from one
 //!    file (`kubectl apply --server-side -f`) → each Stack's first Update and first Job, then
@@ -23,8 +31,11 @@
 //! resource, by the operator's user). Results go to BENCH_OUT (default target/bench/<time>):
 //! result.json, result.md, latency-cdf.png.
 //!
-//! BENCH_STACKS (100) · BENCH_SINGLES (20) · BENCH_READY_STACKS (10; 0 skips phases 2–3) ·
-//! BENCH_IDLE_SECONDS (60) · BENCH_RESYNC_SECONDS (60, the branch Stacks' resync interval) ·
+//! BENCH_STACKS (100) · BENCH_FLOORS (1; 0 skips phase 0; the floors stop only the deployment
+//! pulumi-operator/pulumi-operator: with BENCH_INSTALL=0, another operator must not run; they
+//! apply one file: with BENCH_APPLY_PARALLEL > 1 they are no like-for-like floor) ·
+//! BENCH_SINGLES (20) · BENCH_READY_STACKS (10; 0 skips phases 2–3) · BENCH_IDLE_SECONDS (60) ·
+//! BENCH_RESYNC_SECONDS (60, the branch Stacks' resync interval) ·
 //! BENCH_INSTALL (1: install this operator; 0: measure what is installed) ·
 //! BENCH_OPERATOR_PROCESS (pulumi-operator: the operator's executable name) ·
 //! BENCH_OPERATOR_USER (system:serviceaccount:pulumi-operator:pulumi-operator) ·
@@ -360,6 +371,110 @@ fn watch_namespace(
 }
 
 // ------------------------------------------------------------------------------------------
+// The floors: the same burst served by stand-ins that cost nothing (tests/bench/api-cost.py),
+// in the same run on the same cluster, with the operator stopped and the nodes cordoned.
+// ------------------------------------------------------------------------------------------
+
+/// `api-cost.py floor N` (one Job per Stack) and `api-cost.py api-floor N` (one Stack status
+/// write, the Update and the Job per Stack), then the operator back.
+fn floors(n: usize) -> Value {
+    let job = floor_run("floor", n);
+    let api = floor_run("api-floor", n);
+    operator_back();
+    json!({"job": job, "api": api})
+}
+
+/// One floor: its last line of output, JSON (`all_jobs_seconds`, `apply_seconds`, …).
+fn floor_run(mode: &str, n: usize) -> Value {
+    let script = test_support::repo_root().join("tests/bench/api-cost.py");
+    let out = std::process::Command::new("python3")
+        .arg(&script)
+        .args([mode, &n.to_string()])
+        .env("KUBECONFIG", test_support::kubeconfig())
+        .output()
+        .unwrap_or_else(|e| panic!("running python3: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprint!("{mode}: {stdout}");
+    assert!(
+        out.status.success(),
+        "api-cost.py {mode} {n} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last)
+        .unwrap_or_else(|e| panic!("api-cost.py {mode}: no JSON last line ({e}): {last}"))
+}
+
+/// The operator's Deployment (if installed) rolled out, and its leader Lease (if it elects one)
+/// held by one of its running pods: a Ready standby does not reconcile yet.
+fn operator_back() {
+    let ns = test_support::OPERATOR_NAMESPACE;
+    let (installed, _, _) =
+        test_support::kubectl_result(&["-n", ns, "get", "deployment", "pulumi-operator"]);
+    if !installed {
+        return;
+    }
+    let deployment = "deployment/pulumi-operator";
+    kubectl(&["-n", ns, "rollout", "status", deployment, "--timeout=180s"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (elects, holder, _) = test_support::kubectl_result(&[
+            "-n",
+            ns,
+            "get",
+            "lease",
+            "pulumi-operator-leader",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ]);
+        let pods = kubectl(&[
+            "-n",
+            ns,
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/name=pulumi-operator",
+            "--field-selector=status.phase=Running",
+            "-o",
+            "name",
+        ]);
+        let holder = format!("pod/{}", holder.trim());
+        if !elects || pods.lines().any(|p| p == holder) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the operator's Lease is held by {holder}, not a running pod of its Deployment"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The burst's "all Jobs" as a multiple of each floor measured in this run.
+fn floor_ratios(r: &mut Value) {
+    let ours = r["burst"]["all_jobs_seconds"].as_f64().unwrap_or(f64::NAN);
+    for (floor, key) in [("job", "vs_job_floor"), ("api", "vs_api_floor")] {
+        let at = r["floors"][floor]["all_jobs_seconds"].as_f64();
+        r["burst"][key] = at.map(|f| json!(round3(ours / f))).unwrap_or(Value::Null);
+    }
+}
+
+/// "burst: 61.9 s = 2.59× the Job floor (23.9 s), 2.11× the API floor (29.4 s)", when the
+/// floors ran.
+fn floors_line(r: &Value) -> Option<String> {
+    let ours = r["burst"]["all_jobs_seconds"].as_f64()?;
+    let ratio = |floor: &str, name: &str| -> Option<String> {
+        let at = r["floors"][floor]["all_jobs_seconds"].as_f64()?;
+        Some(format!("{:.2}× the {name} floor ({at:.1} s)", ours / at))
+    };
+    Some(format!(
+        "burst: {ours:.1} s = {}, {}",
+        ratio("job", "Job")?,
+        ratio("api", "API")?
+    ))
+}
+
+// ------------------------------------------------------------------------------------------
 // Figures.
 // ------------------------------------------------------------------------------------------
 
@@ -453,11 +568,16 @@ async fn benchmark() {
     if install {
         test_support::install_operator().await;
     }
+    // The floors before the operator's burst: they stop and restart the operator, which is then
+    // back, Ready and leading before any figure of it is taken (idle, burst, after); the three
+    // bursts run back to back on the same control plane; a floor that fails ends the run early.
+    let floors = (env_or("BENCH_FLOORS", 1) == 1).then(|| floors(n));
     let ticks = clock_ticks();
     let mut result = json!({
         "machine": machine(),
         "operator": {"process": process, "audit_user": audit.user},
         "n": n,
+        "floors": floors,
     });
     let operator_found = operator_sample(&process, ticks).is_some();
     if !operator_found {
@@ -579,6 +699,7 @@ async fn benchmark() {
         "requests_by_verb": burst_by,
     });
 
+    floor_ratios(&mut result);
     eprintln!("burst: {}", result["burst"]);
     // One Stack at a time while N exist.
     let mut single_latencies = Vec::new();
@@ -837,26 +958,28 @@ fn machine() -> Value {
     })
 }
 
-/// The short table of result.md.
+fn lat(v: &Value) -> String {
+    if v["count"].as_u64().unwrap_or(0) == 0 {
+        return "–".to_string();
+    }
+    format!(
+        "p50 {} · p90 {} · p99 {} · max {} s",
+        v["p50"], v["p90"], v["p99"], v["max"]
+    )
+}
+
+fn cost(v: &Value) -> String {
+    if v.is_null() {
+        return "–".to_string();
+    }
+    format!(
+        "RSS peak {} MiB (end {}), CPU {} s",
+        v["rss_peak_mib"], v["rss_end_mib"], v["cpu_seconds"]
+    )
+}
+
+/// The short table of result.md, then the burst against the floors (when they ran).
 fn markdown(r: &Value) -> String {
-    let lat = |v: &Value| {
-        if v["count"].as_u64().unwrap_or(0) == 0 {
-            return "–".to_string();
-        }
-        format!(
-            "p50 {} · p90 {} · p99 {} · max {} s",
-            v["p50"], v["p90"], v["p99"], v["max"]
-        )
-    };
-    let cost = |v: &Value| {
-        if v.is_null() {
-            return "–".to_string();
-        }
-        format!(
-            "RSS peak {} MiB (end {}), CPU {} s",
-            v["rss_peak_mib"], v["rss_end_mib"], v["cpu_seconds"]
-        )
-    };
     let n = &r["n"];
     let b = &r["burst"];
     let mut rows = vec![
@@ -869,7 +992,19 @@ fn markdown(r: &Value) -> String {
             "| {n} Stacks applied at once (`kubectl apply --server-side`, {} s) | all Jobs {} s after the apply began; last Job {} s after the last Stack |",
             b["apply_seconds"], b["all_jobs_seconds"], b["last_stack_to_last_job_seconds"]
         ),
-        format!("| … Stack → Update created | {} |", lat(&b["stack_to_update"])),
+    ];
+    if !r["floors"].is_null() {
+        let (job, api) = (&r["floors"]["job"], &r["floors"]["api"]);
+        rows.push(format!(
+            "| … the floors, same run, operator stopped (`tests/bench/api-cost.py floor`, `api-floor`) | Job floor: all Jobs {} s (the apply {} s); API floor: all Jobs {} s (the apply {} s) |",
+            job["all_jobs_seconds"], job["apply_seconds"], api["all_jobs_seconds"], api["apply_seconds"]
+        ));
+    }
+    rows.extend([
+        format!(
+            "| … Stack → Update created | {} |",
+            lat(&b["stack_to_update"])
+        ),
         format!("| … Stack → Job created | {} |", lat(&b["stack_to_job"])),
         format!("| … operator during the burst | {} |", cost(&b["operator"])),
         format!(
@@ -898,29 +1033,43 @@ fn markdown(r: &Value) -> String {
             r["delete_namespace"]["seconds"],
             cost(&r["delete_namespace"]["operator"])
         ),
-    ];
+    ]);
     if !r["ready"].is_null() {
-        let d = &r["ready"];
-        rows.push(format!(
+        rows.extend(ready_rows(r));
+    }
+    rows.push(format!("| idle (after) | {} |", cost(&r["idle_after"])));
+    let line = floors_line(r)
+        .map(|l| format!("\n{l}\n"))
+        .unwrap_or_default();
+    format!(
+        "| measure | result |\n|---|---|\n{}\n{line}",
+        rows.join("\n")
+    )
+}
+
+/// Phases 2 and 3 in result.md: pods running → Ready, then at rest.
+fn ready_rows(r: &Value) -> Vec<String> {
+    let (d, s, fp) = (&r["ready"], &r["steady"], &r["footprint_per_stack"]);
+    vec![
+        format!(
             "| {} branch Stacks, pods running → Ready | {} of them in {} s; Stack → Ready {} |",
             d["stacks"],
             d["ready"],
             d["all_ready_seconds"],
             lat(&d["stack_to_ready"])
-        ));
-        rows.push(format!(
+        ),
+        format!(
             "| … controller-manager: Job → pod | {}; {} pods/s |",
             lat(&d["job_to_pod"]),
             d["pods_per_second"]
-        ));
-        rows.push(format!(
+        ),
+        format!(
             "| … operator | {}; {} requests ({} per Stack) |",
             cost(&d["operator"]),
             d["requests"],
             d["requests_per_stack"]
-        ));
-        let s = &r["steady"];
-        rows.push(format!(
+        ),
+        format!(
             "| at rest, {} synced Stacks, {} s | {} requests/min; {}; ls-remote {} per {} s interval |",
             s["stacks"],
             s["seconds"],
@@ -928,19 +1077,16 @@ fn markdown(r: &Value) -> String {
             cost(&s["operator"]),
             s["ls_remote_per_interval"],
             s["resync_seconds"]
-        ));
-        rows.push(format!(
+        ),
+        format!(
             "| {} synced Stacks deleted | gone in {} s |",
             r["delete_synced"]["stacks"], r["delete_synced"]["seconds"]
-        ));
-        let fp = &r["footprint_per_stack"];
-        rows.push(format!(
+        ),
+        format!(
             "| left per synced Stack | {} running pods, {} pod objects, {} StatefulSets, {} PVCs |",
             fp["running_pods"], fp["pod_objects"], fp["statefulsets"], fp["persistentvolumeclaims"]
-        ));
-    }
-    rows.push(format!("| idle (after) | {} |", cost(&r["idle_after"])));
-    format!("| measure | result |\n|---|---|\n{}\n", rows.join("\n"))
+        ),
+    ]
 }
 
 /// A `kubectl logs --timestamps` line's time and text.
@@ -1059,4 +1205,17 @@ fn the_report_names_every_phase() {
     let md = markdown(&r);
     assert!(md.contains("3 Stacks applied at once"));
     assert!(md.contains("one Stack applied while 3 exist"));
+    assert!(!md.contains("floor"));
+}
+
+#[test]
+fn the_burst_is_a_multiple_of_each_floor() {
+    let mut r = json!({"n": 3, "burst": {"all_jobs_seconds": 61.9}, "floors": {
+        "job": {"all_jobs_seconds": 23.9, "apply_seconds": 9.0},
+        "api": {"all_jobs_seconds": 29.4, "apply_seconds": 9.5}}});
+    floor_ratios(&mut r);
+    assert_eq!(r["burst"]["vs_job_floor"], json!(2.59));
+    let line = "burst: 61.9 s = 2.59× the Job floor (23.9 s), 2.11× the API floor (29.4 s)";
+    assert_eq!(floors_line(&r).as_deref(), Some(line));
+    assert!(markdown(&r).contains(line));
 }

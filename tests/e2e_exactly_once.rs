@@ -9,8 +9,8 @@ use kube::Api;
 use pulumi_operator_api::Stack;
 use std::time::Duration;
 use test_support::{
-    kill_operator, kubectl, last_update, output_value, sleeping_program, stack_ready, wait_until,
-    StackFixture,
+    kill_operator, kubectl, kubectl_result, last_update, output_value, sleeping_program,
+    stack_ready, wait_until, StackFixture,
 };
 
 const PROGRAM: &str = r#"name: e2e
@@ -500,5 +500,88 @@ async fn a_job_deleted_mid_operation_fails_its_update_and_the_stack_runs_again()
         pulumis.overlaps_in(&f.sn.backend_url),
         Vec::<String>::new(),
         "the next operation ran beside the deleted Job's Pulumi"
+    );
+}
+
+/// A pod template that no node takes: the operation's pod is admitted past its gate and waits
+/// for a node that never comes, so its operation never starts.
+const NO_NODE: &str = "  workspaceTemplate:\n    spec:\n      podTemplate:\n        spec:\n          nodeSelector: {no-such-label: \"true\"}\n";
+
+/// Whether every operation pod of the Stack `stack` is past its gate and waits for a node.
+fn waiting_for_a_node(f: &StackFixture, stack: &str) -> bool {
+    let selector = format!("pulumi.com/stack-name={stack},auto.pulumi.com/update-name");
+    let (_, out, _) = f.sn.ns.kubectl_result(&[
+        "get",
+        "pods",
+        "-l",
+        &selector,
+        "-o",
+        "jsonpath={range .items[*]}{.spec.schedulingGates}|{.spec.nodeName}|{.status.conditions[?(@.type==\"PodScheduled\")].reason}{\"\\n\"}{end}",
+    ]);
+    let pods: Vec<&str> = out.lines().filter(|l| !l.is_empty()).collect();
+    !pods.is_empty() && pods.iter().all(|p| *p == "||Unschedulable")
+}
+
+/// Deleting a Stack whose operation never started (its pod, admitted, waits for a node) lets it
+/// go at once: the pod, never bound to a node, is deleted on that condition, and the Update,
+/// Job and pod go with the Stack. Then a namespace of such Stacks is deleted as fast. (Before,
+/// each Stack waited for its operation to end: the pod's start bound, ten minutes.)
+#[tokio::test]
+async fn a_deleted_stack_whose_operation_never_started_goes_at_once() {
+    let f = StackFixture::new("eo-unstarted").await;
+    let sha = f.repo.commit(&[("Pulumi.yaml", PROGRAM)], "init");
+    for name in ["app", "b1", "b2", "b3"] {
+        f.sn.ns
+            .apply(&f.stack_yaml(name, &format!("commit: {sha}"), NO_NODE));
+    }
+    for name in ["app", "b1", "b2", "b3"] {
+        wait_until(
+            Duration::from_secs(120),
+            "the operation's pod to wait for a node",
+            || async { waiting_for_a_node(&f, name) },
+        )
+        .await;
+    }
+    let started = std::time::Instant::now();
+    f.sn.ns.kubectl(&["delete", "stack", "app", "--wait=false"]);
+    wait_until(Duration::from_secs(30), "the Stack to be gone", || async {
+        f.stacks().get_opt("app").await.ok().flatten().is_none()
+    })
+    .await;
+    eprintln!("the Stack went {:?} after its deletion", started.elapsed());
+    wait_until(
+        Duration::from_secs(30),
+        "its Update, Job and pods to be gone",
+        || async {
+            f.sn.ns
+                .kubectl(&[
+                    "get",
+                    "updates,jobs,pods",
+                    "-l",
+                    "pulumi.com/stack-name=app",
+                    "-o",
+                    "name",
+                ])
+                .trim()
+                .is_empty()
+        },
+    )
+    .await;
+    // The others are untouched: still waiting for a node.
+    assert!(
+        waiting_for_a_node(&f, "b1"),
+        "another Stack's operation is left alone"
+    );
+    let started = std::time::Instant::now();
+    kubectl(&["delete", "namespace", f.ns(), "--wait=false"]);
+    wait_until(
+        Duration::from_secs(60),
+        "the namespace of pending Stacks to be gone",
+        || async { !kubectl_result(&["get", "namespace", f.ns()]).0 },
+    )
+    .await;
+    eprintln!(
+        "the namespace of 3 pending Stacks went {:?} after its deletion",
+        started.elapsed()
     );
 }

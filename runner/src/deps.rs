@@ -4,19 +4,32 @@
 //! program links them back instead of downloading and installing again.
 //!
 //! An entry is written once (copied to a temporary name, then renamed into place) and never
-//! changed afterwards, so Jobs that share the directory never see half an entry. Without a
-//! lockfile nothing is kept whole (the same manifest can install different versions tomorrow),
-//! but the package managers' own download caches still live in the directory.
+//! changed afterwards, so Jobs that share the directory never see half an entry. A Node.js
+//! program without a lockfile is kept too, under the digest of its `package.json`, with the lock
+//! its install wrote; but the same manifest can install newer versions tomorrow, so such an
+//! entry is used only for [`LOCKLESS_MAX_AGE`] and then replaced by a new one under a new name.
+//! The package managers' own download caches live in the directory as well.
 
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// How long an entry kept without a lockfile is used. `package.json` names ranges (`^3.0.0`)
+/// that resolve to newer releases as they appear, so past this age an operation installs
+/// afresh and keeps a new entry: a program gets its dependencies' new releases at most a day
+/// late, and pays one full install a day instead of one per operation.
+pub const LOCKLESS_MAX_AGE: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// What the cache can do for one project.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CachePlan {
     /// The installed dependencies, the directory `dir` of the workspace, are kept whole under
-    /// `<cache>/<key>/<dir>`.
-    Installed { key: String, dir: String },
+    /// `<cache>/<key>/<dir>`; `lockless`: keyed by `package.json` alone, see [`Entry`].
+    Installed {
+        key: String,
+        dir: String,
+        lockless: bool,
+    },
     /// Only the package managers' download caches are kept; `why` says why not more.
     DownloadsOnly { why: String },
 }
@@ -54,12 +67,15 @@ pub fn runtime_of(project_text: &str) -> Option<Runtime> {
     })
 }
 
-/// The Node.js lockfiles, in the order npm, yarn and pnpm read them.
-const NODE_LOCKFILES: [&str; 4] = [
+/// The Node.js lockfiles of npm, yarn, pnpm and bun. Bun's count so that a bun project is
+/// keyed by its lock, not taken for one without a lockfile.
+const NODE_LOCKFILES: [&str; 6] = [
     "package-lock.json",
     "npm-shrinkwrap.json",
     "yarn.lock",
     "pnpm-lock.yaml",
+    "bun.lock",
+    "bun.lockb",
 ];
 
 /// Decides what the cache keeps for a project. `read` gives a workspace file's bytes;
@@ -83,17 +99,13 @@ pub fn plan(
     add("runtime", runtime.name.as_bytes());
     add("tool", tool_version.trim().as_bytes());
     add("workspace", workspace.as_bytes());
+    let mut lockless = false;
     let dir = match runtime.name.as_str() {
         "nodejs" => {
-            let Some(lockfile) = NODE_LOCKFILES.iter().find_map(|f| Some((*f, read(f)?))) else {
-                return CachePlan::DownloadsOnly {
-                    why: "the project has no lockfile (package-lock.json, yarn.lock or \
-                          pnpm-lock.yaml)"
-                        .into(),
-                };
+            lockless = match add_node_inputs(read, &mut add) {
+                Ok(lockless) => lockless,
+                Err(plan) => return plan,
             };
-            add("package.json", &read("package.json").unwrap_or_default());
-            add(lockfile.0, &lockfile.1);
             "node_modules".to_string()
         }
         "python" => {
@@ -136,7 +148,31 @@ pub fn plan(
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect::<String>();
-    CachePlan::Installed { key, dir }
+    CachePlan::Installed { key, dir, lockless }
+}
+
+/// Adds what decides a Node.js program's `node_modules` to its key: its lockfile with
+/// `package.json`, else `package.json` alone (then `Ok(true)`).
+fn add_node_inputs(
+    read: &dyn Fn(&str) -> Option<Vec<u8>>,
+    add: &mut dyn FnMut(&str, &[u8]),
+) -> Result<bool, CachePlan> {
+    let manifest = read("package.json");
+    if let Some((name, lock)) = NODE_LOCKFILES.iter().find_map(|f| Some((*f, read(f)?))) {
+        add("package.json", &manifest.unwrap_or_default());
+        add(name, &lock);
+        return Ok(false);
+    }
+    let Some(manifest) = manifest else {
+        return Err(CachePlan::DownloadsOnly {
+            why: "the project has neither a lockfile nor a package.json".into(),
+        });
+    };
+    // Marked, so that an entry installed from ranges is never taken for one installed from a
+    // lock (they are also named differently, see `Entry`).
+    add("lockless", b"package.json");
+    add("package.json", &manifest);
+    Ok(true)
 }
 
 /// The package managers' download caches under `cache`: set for `pulumi install` and the
@@ -162,54 +198,188 @@ pub fn version_command(runtime: &str) -> Option<[&'static str; 2]> {
     }
 }
 
-fn entry(cache: &Path, key: &str, dir: &str) -> PathBuf {
-    cache.join(key).join(dir)
+/// A project's entry in the dependency cache `cache`, as [`plan`] keyed it. An entry keyed by
+/// a lockfile is the directory `<key>`, kept for good. One keyed by `package.json` alone
+/// (`lockless`) is `<key>.<creation time>` (seconds since the epoch), which also holds the lock
+/// the install wrote: it is used while younger than [`LOCKLESS_MAX_AGE`], then a new one is
+/// stored under its own new name, so that no entry is ever replaced under a reader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub cache: PathBuf,
+    pub key: String,
+    pub dir: String,
+    pub lockless: bool,
 }
 
-/// Links the cached dependencies into the workspace; `Ok(false)` when there are none yet.
-pub fn restore(cache: &Path, key: &str, workspace: &Path, dir: &str) -> std::io::Result<bool> {
-    let cached = entry(cache, key, dir);
-    if !cached.is_dir() {
-        return Ok(false);
+/// What [`Entry::restore`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restored {
+    /// The entry is linked into the workspace: nothing to install.
+    Linked,
+    /// There is no entry yet.
+    Missing,
+    /// There are entries without a lockfile, all older than [`LOCKLESS_MAX_AGE`].
+    Expired,
+}
+
+impl Entry {
+    /// What the key is the digest of, for the log.
+    pub fn describe(&self) -> String {
+        let short = self.key.get(..12).unwrap_or(&self.key);
+        if self.lockless {
+            format!("package.json digest {short}, no lockfile")
+        } else {
+            format!("lockfile digest {short}")
+        }
     }
+
+    /// The files kept beside `dir`: without a lockfile, the lock the install wrote, so that
+    /// a restored tree comes with the lock it was installed from.
+    fn beside(&self) -> &'static [&'static str] {
+        if self.lockless {
+            &NODE_LOCKFILES
+        } else {
+            &[]
+        }
+    }
+
+    /// The creation times of this key's entries without a lockfile.
+    fn stamps(&self) -> Vec<u64> {
+        let prefix = format!("{}.", self.key);
+        let Ok(items) = std::fs::read_dir(&self.cache) else {
+            return Vec::new();
+        };
+        items
+            .filter_map(|item| item.ok())
+            .filter_map(|item| {
+                let name = item.file_name();
+                name.to_str()?.strip_prefix(&prefix)?.parse().ok()
+            })
+            .collect()
+    }
+
+    /// The name of the entry to use at `now`, or why there is none.
+    fn usable(&self, now: SystemTime) -> Result<String, Restored> {
+        if !self.lockless {
+            return Ok(self.key.clone());
+        }
+        let now = epoch_secs(now);
+        let stamps = self.stamps();
+        // The newest young enough; an entry stamped a day ahead of this clock is not trusted.
+        let fresh = stamps
+            .iter()
+            .filter(|t| now.abs_diff(**t) < LOCKLESS_MAX_AGE.as_secs())
+            .max();
+        match fresh {
+            Some(t) => Ok(format!("{}.{t}", self.key)),
+            None if stamps.is_empty() => Err(Restored::Missing),
+            None => Err(Restored::Expired),
+        }
+    }
+
+    /// Links the cached dependencies into the workspace (and copies the lock kept with them),
+    /// when there is an entry to use at `now`.
+    pub fn restore(&self, workspace: &Path, now: SystemTime) -> std::io::Result<Restored> {
+        let cached = match self.usable(now) {
+            Ok(name) => self.cache.join(name),
+            Err(why) => return Ok(why),
+        };
+        if !cached.join(&self.dir).is_dir() {
+            return Ok(Restored::Missing);
+        }
+        for file in self.beside() {
+            let kept = cached.join(file);
+            if kept.is_file() {
+                let target = workspace.join(file);
+                remove_any(&target)?;
+                // A copy, not a link: whatever rewrites the program's lock leaves the entry as
+                // it is.
+                std::fs::copy(&kept, &target)?;
+            }
+        }
+        link_entry(&cached.join(&self.dir), workspace, &self.dir)?;
+        Ok(Restored::Linked)
+    }
+
+    /// Keeps the workspace's freshly installed `dir` (and the lock kept beside it): under the
+    /// key, or without a lockfile under the key and `now`, unless another Job kept an entry
+    /// that is still young meanwhile.
+    pub fn store(&self, workspace: &Path, now: SystemTime) -> std::io::Result<()> {
+        let name = if self.lockless {
+            if self.usable(now).is_ok() {
+                return Ok(());
+            }
+            format!("{}.{}", self.key, epoch_secs(now))
+        } else {
+            self.key.clone()
+        };
+        write_entry(&self.cache, &name, workspace, &self.dir, self.beside())
+    }
+}
+
+fn epoch_secs(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+/// Links the entry's directory `cached` to `dir` in the workspace.
+fn link_entry(cached: &Path, workspace: &Path, dir: &str) -> std::io::Result<()> {
     let target = workspace.join(dir);
     if std::fs::symlink_metadata(&target).is_ok() {
         // Committed by mistake, or left by an earlier step: the cached copy is what the
-        // lockfile says.
+        // lockfile (or package.json) says.
         remove_any(&target)?;
     }
     if let Some(parent) = target.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    std::os::unix::fs::symlink(&cached, &target)?;
-    Ok(true)
+    std::os::unix::fs::symlink(cached, &target)
 }
 
-/// Keeps the workspace's freshly installed `dir` under `key`: copied to a temporary name, then
-/// renamed into place, so that nobody sees half an entry; another Job's entry of the same key
-/// wins. The workspace then uses the cached copy, as a later operation will.
-pub fn store(cache: &Path, key: &str, workspace: &Path, dir: &str) -> std::io::Result<()> {
+/// Keeps the workspace's freshly installed `dir`, and those of the files `beside` that the
+/// workspace has, as the entry `name`: copied to a temporary name, then renamed into place, so
+/// that nobody sees half an entry; another Job's entry of the same name wins.
+fn write_entry(
+    cache: &Path,
+    name: &str,
+    workspace: &Path,
+    dir: &str,
+    beside: &[&str],
+) -> std::io::Result<()> {
     let installed = workspace.join(dir);
-    if !installed.is_dir() || entry(cache, key, dir).is_dir() {
+    if !installed.is_dir() || cache.join(name).join(dir).is_dir() {
         return Ok(());
     }
     std::fs::create_dir_all(cache)?;
-    let partial = cache.join(format!(".partial-{key}-{}", unique_suffix()));
+    let partial = cache.join(format!(".partial-{name}-{}", unique_suffix()));
     let _ = remove_any(&partial);
-    let copied = copy_tree(&installed, &partial.join(dir));
+    let copied = copy_tree(&installed, &partial.join(dir))
+        .and_then(|()| copy_files(workspace, &partial, beside));
     if let Err(e) = copied {
         let _ = remove_any(&partial);
         return Err(e);
     }
-    match std::fs::rename(&partial, cache.join(key)) {
+    match std::fs::rename(&partial, cache.join(name)) {
         Ok(()) => {}
-        // Another Job stored the same key first: the same content.
-        Err(_) if entry(cache, key, dir).is_dir() => {
+        // Another Job stored the same name first: the same content.
+        Err(_) if cache.join(name).join(dir).is_dir() => {
             let _ = remove_any(&partial);
         }
         Err(e) => {
             let _ = remove_any(&partial);
             return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Copies those of the regular files `names` that `from` has (a link is not followed).
+fn copy_files(from: &Path, to: &Path, names: &[&str]) -> std::io::Result<()> {
+    for name in names {
+        let file = from.join(name);
+        if std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file()) {
+            std::fs::copy(&file, to.join(name))?;
         }
     }
     Ok(())
@@ -299,10 +469,11 @@ mod tests {
     #[test]
     fn node_modules_are_kept_under_the_lockfile_digest() {
         let a = files(&[("package.json", "{}"), ("package-lock.json", "lock 1")]);
-        let CachePlan::Installed { key, dir } = plan_for(&node(), &a) else {
+        let CachePlan::Installed { key, dir, lockless } = plan_for(&node(), &a) else {
             panic!("not cached");
         };
         assert_eq!(dir, "node_modules");
+        assert!(!lockless);
         assert_eq!(key.len(), 64);
         // Same inputs, same key; any input changed, another key.
         assert_eq!(plan_for(&node(), &a), plan_for(&node(), &a.clone()));
@@ -318,10 +489,56 @@ mod tests {
     }
 
     #[test]
-    fn without_a_lockfile_only_downloads_are_cached() {
-        let plan = plan_for(&node(), &files(&[("package.json", "{}")]));
+    fn without_a_lockfile_node_modules_are_kept_under_the_manifest_digest() {
+        let a = files(&[(
+            "package.json",
+            r#"{"dependencies": {"left-pad": "^1.0.0"}}"#,
+        )]);
+        let CachePlan::Installed { key, dir, lockless } = plan_for(&node(), &a) else {
+            panic!("not cached");
+        };
+        assert_eq!(
+            (dir.as_str(), lockless, key.len()),
+            ("node_modules", true, 64)
+        );
+        assert_eq!(plan_for(&node(), &a), plan_for(&node(), &a.clone()));
+        // Another package.json, another key.
+        let b = files(&[(
+            "package.json",
+            r#"{"dependencies": {"left-pad": "^1.1.0"}}"#,
+        )]);
+        assert_ne!(plan_for(&node(), &a), plan_for(&node(), &b));
+        // The same package.json with a lock is another kind of entry, under another key.
+        let locked = files(&[
+            (
+                "package.json",
+                r#"{"dependencies": {"left-pad": "^1.0.0"}}"#,
+            ),
+            ("package-lock.json", "{}"),
+        ]);
+        let CachePlan::Installed {
+            key: locked_key,
+            lockless,
+            ..
+        } = plan_for(&node(), &locked)
+        else {
+            panic!("not cached");
+        };
+        assert!(!lockless);
+        assert_ne!(key, locked_key);
+        // A bun project is keyed by its lock.
+        let bun = files(&[("package.json", "{}"), ("bun.lock", "{}")]);
+        assert!(matches!(
+            plan_for(&node(), &bun),
+            CachePlan::Installed {
+                lockless: false,
+                ..
+            }
+        ));
+        // Nothing to key on: only the downloads are kept.
+        let plan = plan_for(&node(), &files(&[("index.js", "")]));
         assert!(
-            matches!(&plan, CachePlan::DownloadsOnly { why } if why.contains("lockfile")),
+            matches!(&plan, CachePlan::DownloadsOnly { why } if why.contains("package.json")),
             "{plan:?}"
         );
     }
@@ -369,29 +586,59 @@ mod tests {
         assert!(env.contains(&("npm_config_cache".into(), "/cache/npm".into())));
     }
 
+    /// A workspace with `node_modules` as an install leaves it (and, when given, its lock).
+    fn installed(at: &Path, lock: Option<&str>) {
+        std::fs::create_dir_all(at.join("node_modules/.bin")).unwrap();
+        std::fs::write(at.join("node_modules/pkg.js"), "module.exports = 1").unwrap();
+        std::os::unix::fs::symlink("../pkg.js", at.join("node_modules/.bin/pkg")).unwrap();
+        std::fs::write(at.join("package.json"), "{}").unwrap();
+        if let Some(lock) = lock {
+            std::fs::write(at.join("package-lock.json"), lock).unwrap();
+        }
+    }
+
+    fn entry(cache: &Path, key: &str, lockless: bool) -> Entry {
+        Entry {
+            cache: cache.to_path_buf(),
+            key: key.into(),
+            dir: "node_modules".into(),
+            lockless,
+        }
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
     #[test]
     fn stored_dependencies_are_restored_as_a_link_to_the_entry() {
         let root = tempfile::tempdir().unwrap();
         let cache = root.path().join("cache");
         let first = root.path().join("first");
-        std::fs::create_dir_all(first.join("node_modules/.bin")).unwrap();
-        std::fs::write(first.join("node_modules/pkg.js"), "module.exports = 1").unwrap();
-        std::os::unix::fs::symlink("../pkg.js", first.join("node_modules/.bin/pkg")).unwrap();
-
+        installed(&first, Some("lock 1"));
         let second = root.path().join("second");
         std::fs::create_dir_all(&second).unwrap();
-        assert!(!restore(&cache, "k1", &second, "node_modules").unwrap());
+        let now = SystemTime::now();
+        let k1 = entry(&cache, "k1", false);
+        assert_eq!(k1.restore(&second, now).unwrap(), Restored::Missing);
 
-        store(&cache, "k1", &first, "node_modules").unwrap();
+        k1.store(&first, now).unwrap();
         // Storing twice keeps the first entry and leaves no partial copy.
-        store(&cache, "k1", &first, "node_modules").unwrap();
-        let names: Vec<String> = std::fs::read_dir(&cache)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(names, vec!["k1".to_string()]);
+        k1.store(&first, now).unwrap();
+        assert_eq!(names(&cache), vec!["k1".to_string()]);
+        // A lockfile entry holds the installed directory alone (the lock is the program's),
+        // and is kept for good.
+        assert_eq!(names(&cache.join("k1")), vec!["node_modules".to_string()]);
 
-        assert!(restore(&cache, "k1", &second, "node_modules").unwrap());
+        let later = now + 10 * LOCKLESS_MAX_AGE;
+        assert_eq!(k1.restore(&second, later).unwrap(), Restored::Linked);
         let linked = second.join("node_modules");
         assert!(std::fs::symlink_metadata(&linked)
             .unwrap()
@@ -405,7 +652,101 @@ mod tests {
             std::fs::read_link(linked.join(".bin/pkg")).unwrap(),
             PathBuf::from("../pkg.js")
         );
+        assert!(!second.join("package-lock.json").exists());
         // Another key is another entry.
-        assert!(!restore(&cache, "k2", &second, "node_modules").unwrap());
+        let k2 = entry(&cache, "k2", false);
+        assert_eq!(k2.restore(&second, now).unwrap(), Restored::Missing);
+    }
+
+    #[test]
+    fn without_a_lockfile_the_lock_the_install_wrote_is_restored_with_the_tree() {
+        let root = tempfile::tempdir().unwrap();
+        let cache = root.path().join("cache");
+        let first = root.path().join("first");
+        installed(&first, Some("lock written by npm"));
+        let k = entry(&cache, "k1", true);
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000);
+        k.store(&first, t0).unwrap();
+        // A second store while the entry is young keeps the one entry.
+        k.store(&first, t0 + HOUR).unwrap();
+        assert_eq!(names(&cache), vec!["k1.1750000000".to_string()]);
+        assert_eq!(
+            names(&cache.join("k1.1750000000")),
+            vec!["node_modules".to_string(), "package-lock.json".to_string()]
+        );
+
+        // A fresh checkout has package.json alone.
+        let second = root.path().join("second");
+        std::fs::create_dir_all(&second).unwrap();
+        std::fs::write(second.join("package.json"), "{}").unwrap();
+        assert_eq!(k.restore(&second, t0 + HOUR).unwrap(), Restored::Linked);
+        assert_eq!(
+            std::fs::read_link(second.join("node_modules")).unwrap(),
+            cache.join("k1.1750000000/node_modules")
+        );
+        // The lock is a copy beside the link: rewriting it leaves the entry alone.
+        let lock = second.join("package-lock.json");
+        assert!(std::fs::symlink_metadata(&lock).unwrap().is_file());
+        assert_eq!(
+            std::fs::read_to_string(&lock).unwrap(),
+            "lock written by npm"
+        );
+        std::fs::write(&lock, "rewritten").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(cache.join("k1.1750000000/package-lock.json")).unwrap(),
+            "lock written by npm"
+        );
+    }
+
+    #[test]
+    fn an_entry_without_a_lockfile_older_than_the_bound_is_a_miss() {
+        let root = tempfile::tempdir().unwrap();
+        let cache = root.path().join("cache");
+        let first = root.path().join("first");
+        installed(&first, Some("monday's lock"));
+        let k = entry(&cache, "k1", true);
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000);
+        k.store(&first, t0).unwrap();
+
+        let second = root.path().join("second");
+        std::fs::create_dir_all(&second).unwrap();
+        let expired = t0 + LOCKLESS_MAX_AGE + HOUR;
+        assert_eq!(k.restore(&second, expired).unwrap(), Restored::Expired);
+        assert!(std::fs::symlink_metadata(second.join("node_modules")).is_err());
+        // An entry stamped more than the bound ahead of this clock is not used either.
+        assert_eq!(
+            k.restore(&second, t0 - LOCKLESS_MAX_AGE - HOUR).unwrap(),
+            Restored::Expired
+        );
+        // Another key's entries do not count.
+        let other = entry(&cache, "k2", true);
+        assert_eq!(other.restore(&second, t0).unwrap(), Restored::Missing);
+
+        // The operation installs afresh and keeps a new entry beside the old one, which
+        // readers of the old one still have whole.
+        let third = root.path().join("third");
+        installed(&third, Some("tuesday's lock"));
+        k.store(&third, expired).unwrap();
+        let new_name = format!("k1.{}", epoch_secs(expired));
+        assert_eq!(
+            names(&cache),
+            vec!["k1.1750000000".to_string(), new_name.clone()]
+        );
+        assert_eq!(k.restore(&second, expired).unwrap(), Restored::Linked);
+        assert_eq!(
+            std::fs::read_link(second.join("node_modules")).unwrap(),
+            cache.join(&new_name).join("node_modules")
+        );
+        assert_eq!(
+            std::fs::read_to_string(second.join("package-lock.json")).unwrap(),
+            "tuesday's lock"
+        );
+        // A lockfile entry of the same key is another entry.
+        assert_eq!(
+            entry(&cache, "k1", false)
+                .restore(&second, expired)
+                .unwrap(),
+            Restored::Missing
+        );
     }
 }

@@ -384,7 +384,8 @@ fn usable_cache(dir: &Path) -> Option<PathBuf> {
 }
 
 /// `pulumi install`, or the installed dependencies linked back from the cache when an earlier
-/// operation installed the same lockfile. `Ok(None)`: nothing was run.
+/// operation installed the same lockfile (or, without one, the same package.json less than
+/// [`crate::deps::LOCKLESS_MAX_AGE`] ago). `Ok(None)`: nothing was run.
 async fn install_dependencies(
     runner: &Runner,
     workspace: &Path,
@@ -394,26 +395,9 @@ async fn install_dependencies(
         Some(cache) => cache_entry(workspace, cache).await,
         None => None,
     };
-    if let Some((cache, key, dir)) = &cached {
-        match crate::deps::restore(cache, key, workspace, dir) {
-            Ok(true) => {
-                log(format!(
-                    "dependencies restored from the cache ({dir} of lockfile digest {}): \
-                     nothing to install",
-                    &key[..12]
-                ));
-                return Ok(None);
-            }
-            Ok(false) => log(format!(
-                "no cached dependencies for lockfile digest {} yet: installing",
-                &key[..12]
-            )),
-            Err(e) => log(format!("cannot restore the cached dependencies: {e}")),
-        }
-        // Never install into a link to an entry another operation may be reading.
-        if std::fs::symlink_metadata(workspace.join(dir)).is_ok_and(|m| m.file_type().is_symlink())
-        {
-            let _ = std::fs::remove_file(workspace.join(dir));
+    if let Some(entry) = &cached {
+        if restore_entry(entry, workspace) {
+            return Ok(None);
         }
     }
     let started = std::time::Instant::now();
@@ -423,9 +407,10 @@ async fn install_dependencies(
             "dependencies installed in {:.1}s",
             started.elapsed().as_secs_f64()
         ));
-        if let Some((cache, key, dir)) = &cached {
+        if let Some(entry) = &cached {
             let started = std::time::Instant::now();
-            match crate::deps::store(cache, key, workspace, dir) {
+            let dir = &entry.dir;
+            match entry.store(workspace, std::time::SystemTime::now()) {
                 Ok(()) => log(format!(
                     "{dir} kept in the dependency cache in {:.1}s",
                     started.elapsed().as_secs_f64()
@@ -437,8 +422,35 @@ async fn install_dependencies(
     Ok(Some(out))
 }
 
-/// The cache entry of this project's installed dependencies: (cache, key, directory).
-async fn cache_entry(workspace: &Path, cache: &Path) -> Option<(PathBuf, String, String)> {
+/// Links the cached dependencies into the workspace (logged); false when they must be
+/// installed.
+fn restore_entry(entry: &crate::deps::Entry, workspace: &Path) -> bool {
+    use crate::deps::{Restored, LOCKLESS_MAX_AGE};
+    let (dir, of) = (&entry.dir, entry.describe());
+    match entry.restore(workspace, std::time::SystemTime::now()) {
+        Ok(Restored::Linked) => {
+            log(format!(
+                "dependencies restored from the cache ({dir} of {of}): nothing to install"
+            ));
+            return true;
+        }
+        Ok(Restored::Missing) => log(format!("no cached dependencies for {of} yet: installing")),
+        Ok(Restored::Expired) => log(format!(
+            "the cached dependencies for {of} are older than {} h: installing afresh",
+            LOCKLESS_MAX_AGE.as_secs() / 3600
+        )),
+        Err(e) => log(format!("cannot restore the cached dependencies: {e}")),
+    }
+    // Never install into a link to an entry another operation may be reading.
+    let link = workspace.join(dir);
+    if std::fs::symlink_metadata(&link).is_ok_and(|m| m.file_type().is_symlink()) {
+        let _ = std::fs::remove_file(&link);
+    }
+    false
+}
+
+/// The cache entry of this project's installed dependencies.
+async fn cache_entry(workspace: &Path, cache: &Path) -> Option<crate::deps::Entry> {
     let text =
         crate::plan::project_file(workspace).and_then(|f| std::fs::read_to_string(f).ok())?;
     let runtime = crate::deps::runtime_of(&text)?;
@@ -456,7 +468,12 @@ async fn cache_entry(workspace: &Path, cache: &Path) -> Option<(PathBuf, String,
     let real = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
     let read = |name: &str| std::fs::read(workspace.join(name)).ok();
     match crate::deps::plan(&runtime, &read, &tool_version, &real.to_string_lossy()) {
-        crate::deps::CachePlan::Installed { key, dir } => Some((cache.to_path_buf(), key, dir)),
+        crate::deps::CachePlan::Installed { key, dir, lockless } => Some(crate::deps::Entry {
+            cache: cache.to_path_buf(),
+            key,
+            dir,
+            lockless,
+        }),
         crate::deps::CachePlan::DownloadsOnly { why } => {
             log(format!(
                 "installed dependencies are not cached: {why}; downloads are"

@@ -47,6 +47,14 @@ impl Stores {
         self.pods_by_stack.lookup(&self.pods, ns, stack)
     }
 
+    /// Whether the namespace is being deleted, as the namespace cache says (a namespace not
+    /// in it yet is not known to be): nothing new can be created in it, Events included.
+    pub fn namespace_terminating(&self, ns: &str) -> bool {
+        self.namespaces
+            .get(&kube::runtime::reflector::ObjectRef::new(ns))
+            .is_some_and(|n| n.metadata.deletion_timestamp.is_some())
+    }
+
     /// The cached Updates a Stack owns (by its name label, then its UID).
     pub fn updates_of_stack(&self, ns: &str, stack: &str, uid: &str) -> Vec<Arc<Update>> {
         let mut mine = self.updates_by_stack.lookup(&self.updates, ns, stack);
@@ -72,12 +80,33 @@ pub struct Context {
     /// newer truth: a reconcile triggered by a Job event a moment after a write neither
     /// rewrites it nor recomputes it from the older copy.
     update_status: Mutex<HashMap<String, (String, pulumi_operator_api::UpdateStatus)>>,
+    /// The pod this operator admitted for each Update (namespace/name → Update UID, pod UID,
+    /// gate opened): facts it wrote, for the moments the watch cache does not show them yet.
+    admitted: Mutex<HashMap<String, Admitted>>,
     /// Where each controller's reconciles wait for their turn (first come, first served).
     pub gates: crate::runtime::gate::Gates,
     /// The newest Warning Event of each update Job and pod (one watch).
     pub warnings: crate::runtime::warnings::Warnings,
     /// When each update pod's deletion was first seen (the fence's bound counts from there).
     pub deletions: crate::runtime::deletion_clock::DeletionClock,
+}
+
+/// The key of an Update in the operator's own records: namespace/name.
+fn update_key(update: &pulumi_operator_api::Update) -> String {
+    use kube::ResourceExt;
+    format!(
+        "{}/{}",
+        update.namespace().unwrap_or_default(),
+        update.name_any()
+    )
+}
+
+/// A pod this operator admitted to run an Update's operation (see `update::admission`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admitted {
+    pub update_uid: String,
+    pub pod_uid: String,
+    pub opened: bool,
 }
 
 /// How long a referenced object seen to exist is not read again (a burst of Stacks sharing one
@@ -137,6 +166,7 @@ impl Context {
             recently_seen: crate::runtime::recently_seen::RecentlySeen::new(RECENTLY_SEEN),
             failures: Mutex::new(HashMap::new()),
             update_status: Mutex::new(HashMap::new()),
+            admitted: Mutex::new(HashMap::new()),
             gates,
             warnings: Default::default(),
             deletions: Default::default(),
@@ -169,10 +199,40 @@ impl Context {
             if let Ok(mut w) = self.update_status.lock() {
                 w.remove(&format!("{namespace}/{name}"));
             }
+            if let Ok(mut a) = self.admitted.lock() {
+                a.remove(&format!("{namespace}/{name}"));
+            }
         }
         if controller == "stack" {
             self.metrics.forget_stack(namespace, name);
         }
+    }
+
+    /// Records that this operator chose the pod `pod_uid` for `update` (`opened`: and opened
+    /// its gate).
+    pub fn admitted(&self, update: &pulumi_operator_api::Update, pod_uid: &str, opened: bool) {
+        use kube::ResourceExt;
+        let key = update_key(update);
+        if let Ok(mut a) = self.admitted.lock() {
+            a.insert(
+                key,
+                Admitted {
+                    update_uid: update.uid().unwrap_or_default(),
+                    pod_uid: pod_uid.to_string(),
+                    opened,
+                },
+            );
+        }
+    }
+
+    /// What this operator admitted for `update`, if anything (this Update, by UID).
+    pub fn admitted_for(&self, update: &pulumi_operator_api::Update) -> Option<Admitted> {
+        use kube::ResourceExt;
+        let key = update_key(update);
+        let a = self.admitted.lock().ok()?;
+        a.get(&key)
+            .filter(|a| Some(&a.update_uid) == update.uid().as_ref())
+            .cloned()
     }
 
     /// Records the status just written on `update`.
@@ -184,11 +244,7 @@ impl Context {
         use kube::ResourceExt;
         if let Ok(mut w) = self.update_status.lock() {
             w.insert(
-                format!(
-                    "{}/{}",
-                    update.namespace().unwrap_or_default(),
-                    update.name_any()
-                ),
+                update_key(update),
                 (update.uid().unwrap_or_default(), as_stored(status)),
             );
         }
@@ -200,11 +256,7 @@ impl Context {
         update: Arc<pulumi_operator_api::Update>,
     ) -> Arc<pulumi_operator_api::Update> {
         use kube::ResourceExt;
-        let key = format!(
-            "{}/{}",
-            update.namespace().unwrap_or_default(),
-            update.name_any()
-        );
+        let key = update_key(&update);
         let written = self.update_status.lock().ok().and_then(|mut w| {
             let (uid, status) = w.get(&key)?;
             if Some(uid) != update.uid().as_ref() {
@@ -237,6 +289,13 @@ impl Context {
         action: &str,
         note: String,
     ) {
+        if let Some(ns) = object.namespace.as_deref() {
+            if self.stores.namespace_terminating(ns) {
+                // The API server refuses it: a request spent on nothing.
+                tracing::debug!("event {reason} not recorded: namespace {ns} is being deleted");
+                return;
+            }
+        }
         let note = bounded_note(note);
         let event = crate::runtime::events::Note {
             type_,

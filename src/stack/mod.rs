@@ -6,6 +6,7 @@
 pub mod approval;
 #[cfg(test)]
 mod blackhole_tests;
+pub mod cancel;
 pub mod decide;
 pub mod drift;
 pub mod inflight;

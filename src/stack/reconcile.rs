@@ -20,6 +20,7 @@ use crate::runtime::error::{Error, Result};
 use crate::runtime::finalizer::remove_finalizer;
 use crate::runtime::metrics::{StackLabels, UpdateLabels};
 use crate::stack::approval;
+use crate::stack::cancel::cancel_if_unstarted;
 use crate::stack::decide::{decide, Decision, Limits, Observed};
 use crate::stack::drift::{self, Finding};
 use crate::stack::inflight::{in_flight, node_unreachable, owned_by, releasable, InFlight};
@@ -88,6 +89,8 @@ struct Pass<'a> {
     /// An Update absorbed by this pass: it is announced and released only once a status
     /// holding its result is written (one write then carries the result and what follows).
     absorbed: Option<Arc<Update>>,
+    /// The Update this pass cancelled (released already; the cache shows it a moment later).
+    cancelled: Option<String>,
     /// What the absorbed Update found, when it was a drift check.
     drift_finding: Option<Finding>,
     /// The plan the absorbed Update saved, when it was a plan for approval.
@@ -243,6 +246,10 @@ impl<'a> Pass<'a> {
         status.observed_generation = Some(generation);
         status.observed_reconcile_request = Some(request.clone());
         suspend::carry_forward(&mut status, generation, || stack.spec.digest());
+        // A Stack in a namespace being deleted is deleted next: nothing new can be created
+        // there, so no operation is started for it meanwhile.
+        let deleting =
+            stack.metadata.deletion_timestamp.is_some() || ctx.stores.namespace_terminating(&ns);
         Ok(Pass {
             stack,
             ctx,
@@ -253,11 +260,14 @@ impl<'a> Pass<'a> {
             now: Time(jiff::Timestamp::now()),
             generation,
             request,
-            deleting: stack.metadata.deletion_timestamp.is_some(),
+            // A Stack in a namespace being deleted is deleted next: nothing new can be
+            // created there, so no operation is started for it meanwhile.
+            deleting,
             written,
             status,
             resource_version: stack.resource_version(),
             absorbed: None,
+            cancelled: None,
             drift_finding: None,
             policy_checked: false,
             policy_check_failure: None,
@@ -500,6 +510,15 @@ impl<'a> Pass<'a> {
         match in_flight(current.as_ref(), &refs) {
             InFlight::Busy { name, adopt } => {
                 let busy = owned.iter().find(|u| u.name_any() == name);
+                let cancelled = match busy.filter(|_| self.deleting) {
+                    Some(u) => cancel_if_unstarted(self.ctx, &self.ns, u).await?,
+                    None => false,
+                };
+                if cancelled {
+                    self.status.current_update = None;
+                    self.cancelled = Some(name);
+                    return Ok(None);
+                }
                 return Ok(Some(
                     self.wait_for(&name, adopt, busy.map(|u| u.as_ref())).await,
                 ));
@@ -1535,6 +1554,9 @@ impl<'a> Pass<'a> {
     /// more), then its own, guarded by the resourceVersion of this pass's last write.
     async fn release_and_remove_finalizer(&mut self) -> Result<()> {
         for u in self.owned_updates() {
+            if self.cancelled.as_deref() == Some(u.name_any().as_str()) {
+                continue;
+            }
             if u.finalizers().iter().any(|f| f == names::FINALIZER) {
                 release_update(self.ctx, &self.ns, &u.name_any(), Some(u.as_ref())).await;
             }

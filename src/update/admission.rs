@@ -28,6 +28,29 @@ pub const GATE: &str = "pulumi.com/one-operation-per-stack";
 /// The Update's annotation naming the UID of the one pod admitted to run its operation.
 pub const ADMITTED_POD_ANNOTATION: &str = "auto.pulumi.com/admitted-pod";
 
+/// The Update's annotation saying its operation was cancelled before any pod was admitted
+/// (its Stack was deleted meanwhile): no pod of it is ever let through its gate.
+pub const CANCELLED_ANNOTATION: &str = "auto.pulumi.com/cancelled";
+
+/// Whether the Update's operation provably never ran: no pod of it was admitted past the gate,
+/// and its Job (`None`: it has none on the API server) makes every pod behind that gate (a Job
+/// of an older release may not).
+pub fn never_admitted(update: &Update, job: Option<&crate::runtime::cached::CachedJob>) -> bool {
+    let gated = |j: &crate::runtime::cached::CachedJob| {
+        j.spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .is_some_and(|g| g.iter().any(|g| g.name == GATE))
+    };
+    !update.annotations().contains_key(ADMITTED_POD_ANNOTATION) && job.is_none_or(gated)
+}
+
+/// Whether the Update's operation was cancelled before it started.
+pub fn cancelled(update: &Update) -> bool {
+    update.annotations().contains_key(CANCELLED_ANNOTATION)
+}
+
 /// What to do about an Update's pods at their gate.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Admission {
@@ -124,10 +147,20 @@ pub async fn admit(
     pods: &[&CachedPod],
 ) -> Result<Option<String>> {
     let at_gate = |p: &&&CachedPod| gate_index(p).is_some();
-    if update.metadata.deletion_timestamp.is_some() || !pods.iter().any(|p| at_gate(&p)) {
+    // A cancel is written only if the Update is as it was read, like a choice (`record_choice`):
+    // of the two, the one written first wins and the other fails on its resourceVersion.
+    if update.metadata.deletion_timestamp.is_some()
+        || cancelled(update)
+        || !pods.iter().any(|p| at_gate(&p))
+    {
         return Ok(None);
     }
     let name = update.name_any();
+    let ours = ctx.admitted_for(update);
+    if ours.as_ref().is_some_and(|a| a.opened) {
+        // Its pod is through (the cache shows it a moment later); never another.
+        return Ok(None);
+    }
     // Every pod of the Stack (or of this Update alone, for an Update no Stack made), read now.
     let selector = match update.labels().get(names::STACK_NAME_LABEL) {
         Some(stack) => format!(
@@ -139,10 +172,15 @@ pub async fn admit(
     };
     let api: Api<CachedPod> = Api::namespaced(ctx.client.clone(), ns);
     let listed = api.list(&ListParams::default().labels(&selector)).await?;
-    let chosen = update.annotations().get(ADMITTED_POD_ANNOTATION);
+    // Recorded on the Update, or by this operator a moment ago (the cache may not show it).
+    let chosen = update
+        .annotations()
+        .get(ADMITTED_POD_ANNOTATION)
+        .cloned()
+        .or(ours.map(|a| a.pod_uid));
     let listed: Vec<&CachedPod> = listed.items.iter().collect();
     let judged = crate::update::status::with_fence_verdicts(&listed, &ctx.deletions);
-    match decide(&name, chosen.map(String::as_str), &judged) {
+    match decide(&name, chosen.as_deref(), &judged) {
         Admission::Nothing => Ok(None),
         Admission::Wait { pod } => {
             info!(%pod, "the operation's pod waits for another pod of the stack to stop");
@@ -150,8 +188,17 @@ pub async fn admit(
         }
         Admission::Choose { name: pod, uid } => {
             record_choice(ctx, ns, update, &uid).await?;
+            ctx.admitted(update, &uid, false);
             info!(%pod, "the operation's pod chosen to run it");
-            // The pod's gate opens on the next look (the annotation's own watch event).
+            // The choice is this look's (written on the Update as read): open the gate now,
+            // as a later look would, instead of waiting for the annotation's watch event.
+            let index = judged
+                .iter()
+                .find(|p| p.metadata.uid.as_deref() == Some(uid.as_str()))
+                .and_then(gate_index);
+            if let Some(index) = index {
+                open(ctx, &api, update, (&pod, &uid, index)).await?;
+            }
             Ok(None)
         }
         Admission::Open {
@@ -159,8 +206,7 @@ pub async fn admit(
             uid,
             index,
         } => {
-            open_gate(&api, &pod, &uid, index).await?;
-            info!(%pod, "the operation's pod let through its gate");
+            open(ctx, &api, update, (&pod, &uid, index)).await?;
             Ok(None)
         }
     }
@@ -180,6 +226,19 @@ async fn record_choice(ctx: &Context, ns: &str, update: &Update, uid: &str) -> R
         &Patch::Merge(&patch),
     )
     .await?;
+    Ok(())
+}
+
+/// Opens the gate of the chosen pod (name, UID, the gate's place) and remembers it did.
+async fn open(
+    ctx: &Context,
+    api: &Api<CachedPod>,
+    update: &Update,
+    (pod, uid, index): (&str, &str, usize),
+) -> Result<()> {
+    open_gate(api, pod, uid, index).await?;
+    ctx.admitted(update, uid, true);
+    info!(%pod, "the operation's pod let through its gate");
     Ok(())
 }
 
@@ -282,6 +341,41 @@ mod tests {
                 index: 1
             }
         );
+    }
+
+    #[test]
+    fn only_an_update_without_an_admitted_pod_and_with_a_gated_job_never_ran() {
+        use crate::runtime::cached::CachedJob;
+        let update = |annotations: serde_json::Value| -> Update {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "auto.pulumi.com/v1alpha1", "kind": "Update",
+                "metadata": {"name": "u", "annotations": annotations},
+                "spec": {"type": "up"}
+            }))
+            .expect("update")
+        };
+        let job = |gates: serde_json::Value| -> CachedJob {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "u"},
+                "spec": {"template": {"spec": {"schedulingGates": gates}}}
+            }))
+            .expect("job")
+        };
+        let fresh = update(serde_json::json!({}));
+        let gated = job(serde_json::json!([{"name": GATE}]));
+        assert!(
+            never_admitted(&fresh, None),
+            "no Job yet: its pods will be gated"
+        );
+        assert!(never_admitted(&fresh, Some(&gated)));
+        // A Job of an older release, without the gate, may have run a pod.
+        assert!(!never_admitted(&fresh, Some(&job(serde_json::json!([])))));
+        let chosen = update(serde_json::json!({ADMITTED_POD_ANNOTATION: "uid-a"}));
+        assert!(!never_admitted(&chosen, Some(&gated)));
+        assert!(!cancelled(&chosen));
+        assert!(cancelled(&update(
+            serde_json::json!({CANCELLED_ANNOTATION: "deleted"})
+        )));
     }
 
     #[test]

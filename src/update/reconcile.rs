@@ -315,6 +315,10 @@ pub async fn reconcile(update: Arc<Update>, ctx: Arc<Context>) -> Result<Action>
     if crate::update::status::update_complete(&update) {
         return finished(&update, &ctx, &ns).await;
     }
+    if crate::update::admission::cancelled(&update) {
+        // Its Stack cancelled it before it started and deletes it: nothing to run or report.
+        return Ok(Action::await_change());
+    }
     let api: Api<Update> = Api::namespaced(ctx.client.clone(), &ns);
     let now = Time(jiff::Timestamp::now());
     let job = go_on!(job_or_start(&update, &ctx, &ns, &api, &now).await?);

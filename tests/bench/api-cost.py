@@ -12,9 +12,17 @@ run by hand against the local cluster (tests/local-cluster.sh up); never shipped
                                          per Stack the moment it appears, while
                                          `kubectl apply --server-side` sends N Stacks from one
                                          file; prints the time to the last Job
+  tests/bench/api-cost.py api-floor [N]  the same with what a Stack's first operation needs in
+                                         this API, per Stack: one status write (merge patch of
+                                         the Stack's status: currentUpdate, the Ready and
+                                         Reconciling conditions), the Update (owned by the
+                                         Stack, with the operator's finalizer) and its Job
+                                         (owned by the Update)
 
-Both scale the installed operator (deployment pulumi-operator/pulumi-operator) to 0 and cordon
-the nodes for the run (pods held Pending, as in tests/bench.rs), then put both back.
+All three scale the installed operator (deployment pulumi-operator/pulumi-operator) to 0 and
+cordon the nodes for the run (pods held Pending, as in tests/bench.rs), then put both back and
+wait for the operator's rollout. `floor` and `api-floor` end with one JSON line of their figures
+(read by tests/bench.rs, BENCH_FLOORS).
 """
 import base64
 import copy
@@ -134,6 +142,9 @@ class Quiet:
         if self.replicas:
             kubectl("-n", "pulumi-operator", "scale", "deployment", "pulumi-operator",
                     f"--replicas={self.replicas}", check=False)
+            # Back and Ready before whatever runs next measures it (tests/bench.rs).
+            kubectl("-n", "pulumi-operator", "rollout", "status", "deployment/pulumi-operator",
+                    "--timeout=180s", check=False)
 
 
 def namespace(prefix):
@@ -280,52 +291,116 @@ def requests_table(count):
             kubectl("delete", "namespace", ns, "--timeout=600s", check=False)
 
 
+def burst(ns, count, for_stack):
+    """`kubectl apply --server-side` of `count` Stacks from one file while CLIENTS clients run
+    for_stack(client, stack) for each Stack the moment a watch shows it: (apply s, s from the
+    apply's start until the last for_stack ended, control-plane CPU s until then)."""
+    stacks, done, errors, lock = queue.Queue(), [], [], threading.Lock()
+
+    def sender():
+        client = Client()
+        while (stack := stacks.get()) is not None:
+            try:
+                for_stack(client, stack)
+            except Exception as e:  # shown below: a floor with failed requests is no floor
+                errors.append(str(e))
+            with lock:
+                done.append(time.time())
+
+    def watcher():
+        seen = set()
+        response = Client().stream(f"{apis('pulumi.com/v1', ns)}/stacks?watch=true")
+        while len(seen) < count and (line := response.readline()):
+            event = json.loads(line)
+            name = event["object"]["metadata"]["name"]
+            if event["type"] == "ADDED" and name not in seen:
+                seen.add(name)
+                stacks.put(event["object"])
+
+    for target in [watcher] + [sender] * CLIENTS:
+        threading.Thread(target=target, daemon=True).start()
+    time.sleep(1)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        f.write(stacks_yaml(count))
+        f.flush()
+        before, start = cpu_seconds(), time.time()
+        kubectl("-n", ns, "apply", "--server-side", "-f", f.name)
+        applied = time.time() - start
+    while True:
+        with lock:
+            if errors:
+                sys.exit(f"{len(errors)} requests failed, e.g. {errors[0]}")
+            if len(done) >= count:
+                break
+        if time.time() - start > 600:
+            sys.exit(f"only {len(done)} of {count} Stacks served after 600 s")
+        time.sleep(0.05)
+    used = cpu_seconds()
+    return applied, max(done) - start, {p: used[p] - before[p] for p in PROCESSES}
+
+
+def report(mode, count, applied, last, cpu):
+    text = " · ".join(f"{p} {cpu[p]:.1f}" for p in PROCESSES)
+    print(f"{count} Stacks applied in {applied:.1f} s; all {count} Jobs created "
+          f"{last:.1f} s after the apply began; CPU s until then: {text}")
+    # The same figures for tests/bench.rs: one JSON line, the last one.
+    print(json.dumps({"mode": mode, "stacks": count, "apply_seconds": round(applied, 3),
+                      "all_jobs_seconds": round(last, 3),
+                      "cpu_seconds": {p: round(cpu[p], 2) for p in PROCESSES}}), flush=True)
+
+
+def post_job(client, ns, stack):
+    client.send("POST", f"/apis/batch/v1/namespaces/{ns}/jobs",
+                job_for(ns, f"{stack['metadata']['name']}-op"))
+
+
+def owned_by(obj):
+    meta = obj["metadata"]
+    return [{"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
+             "uid": meta["uid"], "controller": True}]
+
+
+def first_operation(client, ns, stack):
+    """What a Stack's first operation needs in this API, in the operator's order: the Stack's
+    status naming the Update (the claim: currentUpdate, the Ready and Reconciling conditions, one
+    merge patch), the Update (owned by the Stack, with the operator's finalizer), its Job (owned
+    by the Update)."""
+    name = stack["metadata"]["name"]
+    status = copy.deepcopy(OBJECTS["stackStatus"])
+    status["currentUpdate"]["name"] = f"{name}-op"
+    client.send("PATCH", f"{apis('pulumi.com/v1', ns)}/stacks/{name}/status", {"status": status},
+                "application/merge-patch+json")
+    update = fresh(OBJECTS["update"], ns, f"{name}-op")
+    update["metadata"]["ownerReferences"] = owned_by(stack)
+    update = json.loads(client.send("POST", f"{apis('auto.pulumi.com/v1alpha1', ns)}/updates",
+                                    update))
+    job = job_for(ns, f"{name}-op")
+    job["metadata"]["ownerReferences"] = owned_by(update)
+    client.send("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", job)
+
+
 def floor(count):
     with Quiet():
         ns = namespace("t-bench-floor")
         try:
-            jobs, created, lock = queue.Queue(), [], threading.Lock()
-
-            def poster():
-                client = Client()
-                while (name := jobs.get()) is not None:
-                    client.send("POST", f"/apis/batch/v1/namespaces/{ns}/jobs",
-                                job_for(ns, f"{name}-op"))
-                    with lock:
-                        created.append(time.time())
-
-            def watcher():
-                seen = set()
-                response = Client().stream(f"{apis('pulumi.com/v1', ns)}/stacks?watch=true")
-                while len(seen) < count and (line := response.readline()):
-                    event = json.loads(line)
-                    name = event["object"]["metadata"]["name"]
-                    if event["type"] == "ADDED" and name not in seen:
-                        seen.add(name)
-                        jobs.put(name)
-
-            for target in [watcher] + [poster] * CLIENTS:
-                threading.Thread(target=target, daemon=True).start()
-            time.sleep(1)
-            with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
-                f.write(stacks_yaml(count))
-                f.flush()
-                before, start = cpu_seconds(), time.time()
-                kubectl("-n", ns, "apply", "--server-side", "-f", f.name)
-                applied = time.time() - start
-            while True:
-                with lock:
-                    if len(created) >= count:
-                        break
-                if time.time() - start > 600:
-                    sys.exit(f"only {len(created)} of {count} Jobs after 600 s")
-                time.sleep(0.05)
-            last = max(created) - start
-            used = cpu_seconds()
-            cpu = " · ".join(f"{p} {used[p] - before[p]:.1f}" for p in PROCESSES)
-            print(f"{count} Stacks applied in {applied:.1f} s; all {count} Jobs created "
-                  f"{last:.1f} s after the apply began; CPU s until then: {cpu}")
+            report("floor", count, *burst(ns, count, lambda c, stack: post_job(c, ns, stack)))
         finally:
+            # Gone before the operator is back, or it would start operations for these Stacks.
+            kubectl("delete", "namespace", ns, "--timeout=600s", check=False)
+
+
+def api_floor(count):
+    with Quiet():
+        ns = namespace("t-bench-api-floor")
+        try:
+            report("api-floor", count,
+                   *burst(ns, count, lambda c, stack: first_operation(c, ns, stack)))
+        finally:
+            # The Updates' finalizer would hold the namespace: nothing runs to remove it (an
+            # Update never created fails here, unseen).
+            run_requests(count, lambda i: (
+                "PATCH", f"{apis('auto.pulumi.com/v1alpha1', ns)}/updates/s{i}-op",
+                {"metadata": {"finalizers": None}}, "application/merge-patch+json"))
             # Gone before the operator is back, or it would start operations for these Stacks.
             kubectl("delete", "namespace", ns, "--timeout=600s", check=False)
 
@@ -337,5 +412,7 @@ if __name__ == "__main__":
         requests_table(n)
     elif mode == "floor":
         floor(n)
+    elif mode == "api-floor":
+        api_floor(n)
     else:
         sys.exit(__doc__)
