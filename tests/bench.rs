@@ -427,17 +427,7 @@ fn operator_back() {
             "-o",
             "jsonpath={.spec.holderIdentity}",
         ]);
-        let pods = kubectl(&[
-            "-n",
-            ns,
-            "get",
-            "pods",
-            "-l",
-            "app.kubernetes.io/name=pulumi-operator",
-            "--field-selector=status.phase=Running",
-            "-o",
-            "name",
-        ]);
+        let pods = test_support::running_operator_pods("name");
         let holder = format!("pod/{}", holder.trim());
         if !elects || pods.lines().any(|p| p == holder) {
             return;

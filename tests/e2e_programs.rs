@@ -10,7 +10,8 @@
 //! The programs live in tests/programs; the language hosts, the provider and the CLI are built
 //! by tests/build-tools.sh. Each Stack names a `dependency-cache` volume in its workspace
 //! template, so its later operations link the installed dependencies back instead of
-//! installing them again (the first operation of each test installs from the registries).
+//! installing them again (the first operation of each test installs from the registries); a
+//! TypeScript program committed without a lockfile is cached too, under its package.json.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -19,7 +20,7 @@ use kube::Api;
 use pulumi_operator_api::{Stack, StackUpdateStateMessage};
 use std::time::Duration;
 use test_support::{
-    kubectl, last_update, program_files, stack_ready, wait_until, StackFixture,
+    kubectl, last_update, program_files, stack_ready, wait_for, wait_until, StackFixture,
     DEPENDENCY_CACHE_TEMPLATE,
 };
 
@@ -218,6 +219,120 @@ async fn deploy_roll_destroy(prefix: &str, program: &str, install_log: &str, cac
 #[tokio::test]
 async fn a_typescript_program_from_git_deploys_rolls_and_is_destroyed() {
     deploy_roll_destroy("ts", "typescript", "npm", RESTORED).await;
+}
+
+/// How long the Job of `update` ran, from its creation to its completion, in seconds (the
+/// Stack reports the result a moment before its Job completes).
+async fn job_seconds(f: &StackFixture, update: &str) -> f64 {
+    let at = |v: &serde_json::Value| v.as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    wait_for(Duration::from_secs(60), "the Job's completion", || async {
+        let job = kubectl(&["-n", f.ns(), "get", "job", update, "-o", "json"]);
+        let job: serde_json::Value = serde_json::from_str(&job).ok()?;
+        let created = at(&job["metadata"]["creationTimestamp"])?;
+        let completed = at(&job["status"]["completionTime"])?;
+        Some((completed.as_millisecond() - created.as_millisecond()) as f64 / 1000.0)
+    })
+    .await
+}
+
+/// Checks that the first operation's `logs` show an install without a lockfile kept in the
+/// cache, and returns the short package.json digest the runner named the entry by.
+fn assert_kept_without_lockfile(logs: &str) -> String {
+    let at = logs
+        .find("package.json digest ")
+        .unwrap_or_else(|| panic!("no package.json digest in the logs:\n{logs}"));
+    let digest: String = logs[at + "package.json digest ".len()..]
+        .chars()
+        .take_while(|c| c.is_ascii_hexdigit())
+        .collect();
+    assert_eq!(digest.len(), 12, "{digest:?}\n{logs}");
+    for expected in [
+        format!(
+            "no cached dependencies for package.json digest {digest}, no lockfile yet: installing"
+        ),
+        "dependencies installed in".to_string(),
+        "node_modules kept in the dependency cache".to_string(),
+    ] {
+        assert!(
+            logs.contains(&expected),
+            "{expected:?} not in the logs:\n{logs}"
+        );
+    }
+    digest
+}
+
+/// Without a lockfile, the first operation installs from package.json's ranges and keeps
+/// node_modules (with the lock npm wrote) under package.json's digest; the next operation of
+/// the same package.json, a day or less later, links it back and installs nothing. Before
+/// such programs were cached, both operations installed ("installed dependencies are not
+/// cached: the project has no lockfile"), and neither log says "no cached dependencies" or
+/// "restored from the cache".
+#[tokio::test]
+async fn a_typescript_program_without_a_lockfile_gets_its_dependencies_from_the_cache() {
+    let f = StackFixture::new("tsnolock").await;
+    prepare_namespace(&f);
+    let mut files = program_files("typescript");
+    files.retain(|(p, _)| p != "package-lock.json");
+    assert!(files.iter().any(|(p, _)| p == "package.json"), "{files:?}");
+    let sha = f.repo.commit_files(&files, "v1, no lockfile");
+    f.sn.ns.apply(&program_stack(&f, "web", &sha));
+    let s = f
+        .wait_stack_for(FIRST, "web", "the first update to end", |s| {
+            stack_ready(s) || failed(s)
+        })
+        .await;
+    let logs = job_logs(&f, &s);
+    assert!(stack_ready(&s), "{:?}\n{logs}", last_update(&s).message);
+    let digest = assert_kept_without_lockfile(&logs);
+    let first_update = last_update(&s).name.unwrap_or_default();
+    let first_job = job_seconds(&f, &first_update).await;
+
+    // A new commit of the same package.json: its dependencies come from the cache.
+    for (path, content) in files.iter_mut() {
+        if path == "index.ts" {
+            *content = content.replace("\"hello\"", "\"hello again\"");
+        }
+    }
+    let sha2 = f.repo.commit_files(&files, "v2, no lockfile");
+    f.sn.ns.apply(&program_stack(&f, "web", &sha2));
+    let s2 = f
+        .wait_stack_for(LATER, "web", "the second update to end", |s| {
+            last_update(s).name.as_deref() != Some(first_update.as_str())
+                && (stack_ready(s) || failed(s))
+        })
+        .await;
+    let logs2 = job_logs(&f, &s2);
+    assert!(stack_ready(&s2), "{:?}\n{logs2}", last_update(&s2).message);
+    let restored = format!(
+        "{RESTORED} (node_modules of package.json digest {digest}, no lockfile): nothing to install"
+    );
+    assert!(
+        logs2.contains(&restored),
+        "the second operation did not use the cache ({restored:?} not in the log):\n{logs2}"
+    );
+    for unexpected in [
+        "dependencies installed",
+        "installed dependencies are not cached",
+    ] {
+        assert!(
+            !logs2.contains(unexpected),
+            "{unexpected:?} in the log:\n{logs2}"
+        );
+    }
+    let out = outputs(&s2);
+    assert_eq!(out["greeting"], "hello again", "{out}");
+    let deployment = out["deploymentName"].as_str().unwrap_or_default();
+    assert_deployed(&f, deployment, "hello again").await;
+    let second_update = last_update(&s2).name.unwrap_or_default();
+    let second_job = job_seconds(&f, &second_update).await;
+    let installed = logs
+        .lines()
+        .find(|l| l.contains("dependencies installed in"));
+    println!(
+        "Jobs without a lockfile: {first_job:.1}s installing ({first_update}; {}), \
+         {second_job:.1}s from the cache ({second_update})",
+        installed.unwrap_or_default().trim()
+    );
 }
 
 #[tokio::test]

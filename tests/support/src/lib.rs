@@ -240,7 +240,7 @@ static INSTALL: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
 pub const OPERATOR_NAMESPACE: &str = "pulumi-operator";
 
 /// `kubectl get pods -o OUTPUT` of the running operator pods.
-fn running_operator_pods(output: &str) -> String {
+pub fn running_operator_pods(output: &str) -> String {
     kubectl(&[
         "-n",
         OPERATOR_NAMESPACE,
