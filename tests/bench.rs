@@ -48,6 +48,20 @@
 //! Job's pod status and `kubectl logs --timestamps`: the runner's first line (its first `pulumi`
 //! process) → the `pulumi up` process, the `pulumi` container's duration, and the Job's whole
 //! time (created → complete; whole seconds).
+//!
+//!     BENCH_RUNS=3 cargo test --release -p pulumi-operator-tests --test bench real_program_operation -- --ignored --nocapture
+//!
+//! A real program's unchanged operation, like for like, for the TypeScript and the Python test
+//! programs (tests/programs), each in a namespace of its own, BENCH_RUNS times per mode after
+//! untimed warm-up: (a) `pulumi up --skip-preview --yes` by hand on an existing stack, the
+//! dependencies installed once (`pulumi install --no-plugins`), a file backend, the CLI and
+//! provider of the cluster's Pulumi image (`.local-cluster/pulumi-image`) and the cluster's
+//! kubeconfig; then as update Jobs, each timed from a new `pulumi.com/reconciliation-request`
+//! on the Stack to its lastUpdate's succeeded result for that request: (b) with the dependency
+//! cache claim, (c) without any dependency cache, (d) with `workspaceReclaimPolicy: Retain`,
+//! (e) with the cache and the program committed without its lockfile (TypeScript only). Prints
+//! medians and each mode's ratio to (a), beside the targets (b)/(a) ≤ 1.3 and (e)/(a) ≤ 1.5,
+//! and writes the table to BENCH_OUT (default target/bench/<time>)/real-program.md.
 
 #[path = "bench/plot.rs"]
 mod plot;
@@ -61,7 +75,7 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use test_support::{kubectl, last_update, stack_ready, StackFixture};
+use test_support::{kubectl, last_update, program_files, stack_ready, StackFixture};
 
 fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
     std::env::var(key)
@@ -525,6 +539,20 @@ async fn wait_deleted(client: &kube::Client, ns: &str, timeout: Duration) -> Opt
     None
 }
 
+/// Where a run's results go: BENCH_OUT, or target/bench/<time> (created).
+fn bench_out_dir() -> std::path::PathBuf {
+    let out_dir = std::env::var("BENCH_OUT")
+        .map(Into::into)
+        .unwrap_or_else(|_| {
+            test_support::repo_root().join(format!(
+                "target/bench/{}",
+                jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ")
+            ))
+        });
+    std::fs::create_dir_all(&out_dir).expect("the output directory");
+    out_dir
+}
+
 const PROGRAM: &str = "name: bench\nruntime: yaml\nresources:\n  a:\n    type: standin:index:Record\n    properties: {value: x}\noutputs:\n  v: ${a.value}\n";
 
 #[tokio::test]
@@ -546,15 +574,7 @@ async fn benchmark() {
             "system:serviceaccount:pulumi-operator:pulumi-operator".to_string(),
         ),
     };
-    let out_dir = std::env::var("BENCH_OUT")
-        .map(Into::into)
-        .unwrap_or_else(|_| {
-            test_support::repo_root().join(format!(
-                "target/bench/{}",
-                jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ")
-            ))
-        });
-    std::fs::create_dir_all(&out_dir).expect("the output directory");
+    let out_dir = bench_out_dir();
     if install {
         test_support::install_operator().await;
     }
@@ -1178,6 +1198,510 @@ async fn runner_overhead_and_job_time_with_real_pulumi() {
         "  Job created -> Job complete:          {:.1} s",
         median(job_total)
     );
+}
+
+// ------------------------------------------------------------------------------------------
+// A real program's operation, like for like (`real_program_operation`): the TypeScript and
+// Python test programs (tests/programs), each unchanged operation by hand and as update Jobs.
+// ------------------------------------------------------------------------------------------
+
+/// The program's secret config value `token` (both programs require it).
+const REAL_TOKEN: &str = "tok-bench-real-program-3c9d";
+/// A Stack's first operation installs from the registries (npm about a minute, pip up to two;
+/// e2e_programs), as does a retained workspace's preparation.
+const FIRST_OPERATION: Duration = Duration::from_secs(900);
+/// One later operation: an install without the cache, then the `pulumi up`.
+const LATER_OPERATION: Duration = Duration::from_secs(600);
+const RECONCILE_REQUEST: &str = "pulumi.com/reconciliation-request";
+/// What the runner logs when it links the installed dependencies back (runner/src/run.rs).
+const RESTORED: &str = "dependencies restored from the cache";
+/// What it logs after `pulumi install` ran.
+const INSTALLED: &str = "dependencies installed in";
+
+/// One way of running the same unchanged `pulumi up` of a program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// (a) `pulumi up --skip-preview --yes` by hand, dependencies installed, stack existing.
+    ByHand,
+    /// (b) an update Job with the dependency cache claim.
+    Cache,
+    /// (c) an update Job without any dependency cache.
+    NoCache,
+    /// (d) an update Job with `workspaceReclaimPolicy: Retain` (no claim of the Stack's own: the
+    /// retained workspace's cache holds the dependencies).
+    Retain,
+    /// (e) as (b), the program committed without its lockfile (TypeScript only).
+    NoLockfile,
+}
+
+impl Mode {
+    const JOBS: [Mode; 4] = [Mode::Cache, Mode::NoCache, Mode::Retain, Mode::NoLockfile];
+
+    fn label(self) -> &'static str {
+        match self {
+            Mode::ByHand => "(a) `pulumi up --skip-preview --yes` by hand, dependencies installed",
+            Mode::Cache => "(b) update Job, dependency cache claim",
+            Mode::NoCache => "(c) update Job, no dependency cache",
+            Mode::Retain => "(d) update Job, `workspaceReclaimPolicy: Retain`",
+            Mode::NoLockfile => "(e) update Job, dependency cache, no lockfile committed",
+        }
+    }
+
+    /// The Stack (and Pulumi stack) of the mode; (a) names its config value `message` by it.
+    fn stack(self) -> &'static str {
+        match self {
+            Mode::ByHand => "a-by-hand",
+            Mode::Cache => "b-cache",
+            Mode::NoCache => "c-nocache",
+            Mode::Retain => "d-retain",
+            Mode::NoLockfile => "e-nolock",
+        }
+    }
+
+    /// What the Stack's spec adds for the mode.
+    fn spec(self) -> &'static str {
+        match self {
+            Mode::Cache | Mode::NoLockfile => test_support::DEPENDENCY_CACHE_TEMPLATE,
+            Mode::Retain => "  workspaceReclaimPolicy: Retain\n",
+            Mode::ByHand | Mode::NoCache => "",
+        }
+    }
+
+    /// The most the mode may take, as a multiple of (a).
+    fn target(self) -> Option<f64> {
+        match self {
+            Mode::Cache => Some(1.3),
+            Mode::NoLockfile => Some(1.5),
+            _ => None,
+        }
+    }
+
+    /// What each timed operation's log should say (the cache used, or the install run).
+    fn expected_log(self) -> Option<&'static str> {
+        match self {
+            Mode::Cache | Mode::Retain | Mode::NoLockfile => Some(RESTORED),
+            Mode::NoCache => Some(INSTALLED),
+            Mode::ByHand => None,
+        }
+    }
+}
+
+/// One line of the table: a program's mode, its timed runs (none: not run) and a note.
+struct ModeRow {
+    program: String,
+    mode: Mode,
+    runs: Vec<f64>,
+    note: String,
+}
+
+/// The table of real-program.md: per program and mode the median, every run, the ratio to the
+/// program's (a) and the target beside it.
+fn real_program_markdown(runs: usize, rows: &[ModeRow]) -> String {
+    let by_hand = |program: &str| {
+        rows.iter()
+            .find(|r| r.program == program && r.mode == Mode::ByHand && !r.runs.is_empty())
+            .map(|r| median(r.runs.clone()))
+    };
+    let mut out = format!(
+        "A real program's unchanged operation, like for like: {runs} timed runs per mode, \
+         medians in seconds; (a) the `pulumi up` alone, (b)–(e) from the reconciliation request \
+         to the Stack's succeeded result for it.\n\n\
+         | program | mode | median (s) | runs (s) | ratio to (a) | target | note |\n\
+         |---|---|---|---|---|---|---|\n"
+    );
+    for r in rows {
+        if r.runs.is_empty() {
+            let line = format!(
+                "| {} | {} | – | – | – | – | {} |\n",
+                r.program,
+                r.mode.label(),
+                r.note
+            );
+            out.push_str(&line);
+            continue;
+        }
+        let m = median(r.runs.clone());
+        let each: Vec<String> = r.runs.iter().map(|s| format!("{s:.2}")).collect();
+        let ratio = by_hand(&r.program).map(|a| m / a);
+        let target = match (r.mode.target(), ratio) {
+            (Some(t), Some(x)) if x <= t => format!("≤ {t}: met"),
+            (Some(t), Some(_)) => format!("≤ {t}: not met"),
+            (Some(t), None) => format!("≤ {t}"),
+            (None, _) => "–".to_string(),
+        };
+        out.push_str(&format!(
+            "| {} | {} | {m:.2} | {} | {} | {target} | {} |\n",
+            r.program,
+            r.mode.label(),
+            each.join(", "),
+            ratio
+                .map(|x| format!("{x:.2}×"))
+                .unwrap_or_else(|| "–".into()),
+            r.note
+        ));
+    }
+    out
+}
+
+fn operation_failed(s: &pulumi_operator_api::Stack) -> bool {
+    last_update(s).state == Some(pulumi_operator_api::StackUpdateStateMessage::Failed)
+}
+
+/// What e2e_programs gives its program Stacks: PKO's documented rights, the dependency cache
+/// claim, and the Secret holding the program's `token`.
+fn prepare_program_namespace(f: &StackFixture) {
+    f.sn.grant_program_rights();
+    f.sn.ns.apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: app-secrets}}\nstringData: {{token: {REAL_TOKEN}}}\n"
+    ));
+}
+
+/// The mode's Stack: the program at `sha`, its own Pulumi stack, the provider's namespace and
+/// the mode's `message` (its own Deployment template), the `token` secret, the mode's spec.
+fn mode_stack_yaml(f: &StackFixture, mode: Mode, sha: &str) -> String {
+    f.own_stack_yaml(
+        mode.stack(),
+        &format!("commit: {sha}"),
+        &format!(
+            r#"  config:
+    kubernetes:namespace: {ns}
+    message: bench-{stack}
+  secretsRef:
+    token:
+      type: Secret
+      secret: {{name: app-secrets, key: token}}
+{spec}"#,
+            ns = f.ns(),
+            stack = mode.stack(),
+            spec = mode.spec()
+        ),
+    )
+}
+
+/// The `pulumi` container's log of an update's Job ("" when it cannot be read).
+fn update_log(f: &StackFixture, update: &str) -> String {
+    let job = format!("job/{update}");
+    test_support::kubectl_result(&["-n", f.ns(), "logs", &job, "-c", "pulumi"]).1
+}
+
+/// Writes a new reconciliation request on the Stack and watches it until its lastUpdate is the
+/// succeeded result of that request: the seconds from just before the request was written, and
+/// the Update's name. A failed result ends the benchmark with its message.
+async fn timed_request(
+    stacks: &Api<pulumi_operator_api::Stack>,
+    name: &str,
+    value: &str,
+) -> (f64, String) {
+    use kube::api::{Patch, PatchParams};
+    use pulumi_operator_api::StackUpdateStateMessage as State;
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut seen = watcher(stacks.clone(), config)
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    let patch = json!({"metadata": {"annotations": {RECONCILE_REQUEST: value}}});
+    let start = Instant::now();
+    stacks
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("writing the reconciliation request {value} on {name}: {e}"));
+    let done = async {
+        while let Some(event) = seen.next().await {
+            let Ok(stack) = event else { continue };
+            let last = last_update(&stack);
+            if last.reconcile_request.as_deref() != Some(value) {
+                continue;
+            }
+            match last.state {
+                Some(State::Succeeded) => {
+                    let update = last.name.unwrap_or_default();
+                    return Some((start.elapsed().as_secs_f64(), update));
+                }
+                Some(State::Failed) => panic!(
+                    "Stack {name}: the operation for {value} failed: {:?}",
+                    last.message
+                ),
+                _ => {}
+            }
+        }
+        None
+    };
+    match tokio::time::timeout(LATER_OPERATION, done).await {
+        Ok(Some(result)) => result,
+        Ok(None) => panic!("the watch of Stack {name} ended before the result for {value}"),
+        Err(_) => panic!("no result for {value} on Stack {name} within {LATER_OPERATION:?}"),
+    }
+}
+
+/// A retained workspace's pod ready and reported by its Workspace: from then on update Jobs
+/// mount its cache (e2e_workspace's check).
+async fn wait_workspace_ready(f: &StackFixture, name: &str) {
+    let api: Api<pulumi_operator_api::Workspace> = Api::namespaced(f.sn.ns.client.clone(), f.ns());
+    let pod = format!("{name}-workspace-0");
+    test_support::wait_until(
+        FIRST_OPERATION,
+        &format!("the retained workspace of {name} to be Ready"),
+        || async {
+            api.get(name).await.ok().is_some_and(|w| {
+                let st = w.status.unwrap_or_default();
+                st.address.as_deref() == Some(pod.as_str())
+                    && st.conditions.iter().flatten().any(|c| {
+                        c.type_ == "Ready" && c.status == "True" && c.reason == "Succeeded"
+                    })
+            })
+        },
+    )
+    .await;
+}
+
+/// The mode's Stack created (its first operation installs) and warmed up by one untimed
+/// request (a retained workspace ready first), then `runs` timed requests; the Stack is then
+/// deleted (nothing destroyed: the namespace goes at the end).
+async fn job_mode(f: &StackFixture, program: &str, mode: Mode, sha: &str, runs: usize) -> ModeRow {
+    let name = mode.stack();
+    f.sn.ns.apply(&mode_stack_yaml(f, mode, sha));
+    let s = f
+        .wait_stack_for(FIRST_OPERATION, name, "the first operation to end", |s| {
+            stack_ready(s) || operation_failed(s)
+        })
+        .await;
+    let first = last_update(&s).name.unwrap_or_default();
+    assert!(
+        stack_ready(&s),
+        "{program} {name}: the first operation failed: {:?}\n{}",
+        last_update(&s).message,
+        update_log(f, &first)
+    );
+    if mode == Mode::Retain {
+        wait_workspace_ready(f, name).await;
+    }
+    let stacks = f.stacks();
+    let stamp = jiff::Timestamp::now().as_millisecond();
+    timed_request(&stacks, name, &format!("warm-up-{stamp}")).await;
+    let (mut seconds, mut as_expected) = (Vec::new(), 0);
+    for i in 0..runs {
+        let (took, update) = timed_request(&stacks, name, &format!("run-{i}-{stamp}")).await;
+        eprintln!(
+            "{program} {}: run {i}: {took:.2} s ({update})",
+            mode.label()
+        );
+        seconds.push(took);
+        let expected = mode.expected_log().unwrap_or_default();
+        if update_log(f, &update).contains(expected) {
+            as_expected += 1;
+        }
+    }
+    let _ =
+        f.sn.ns
+            .kubectl_result(&["delete", "stack", name, "--wait=false"]);
+    let note = format!(
+        "{as_expected} of {runs} Job logs say \"{}\"",
+        mode.expected_log().unwrap_or_default()
+    );
+    ModeRow {
+        program: program.to_string(),
+        mode,
+        runs: seconds,
+        note,
+    }
+}
+
+/// The local cluster's `pulumi/pulumi` image (tests/local-cluster.sh): the CLI, its language
+/// hosts and the provider plugins the update Jobs find on their PATH.
+fn pulumi_image_dir() -> std::path::PathBuf {
+    let state = std::env::var("LOCAL_CLUSTER_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| test_support::repo_root().join(".local-cluster"));
+    let dir = state.join("pulumi-image");
+    for tool in ["pulumi", "pulumi-resource-kubernetes"] {
+        assert!(
+            dir.join(tool).exists(),
+            "{} has no {tool}: start the local cluster with its tools (tests/local-cluster.sh up)",
+            dir.display()
+        );
+    }
+    dir
+}
+
+/// A program in a local directory with a file backend, run by hand with the CLI, language
+/// hosts and provider of the cluster's Pulumi image, against the test cluster's kubeconfig.
+struct ByHand {
+    root: tempfile::TempDir,
+    path: String,
+}
+
+impl ByHand {
+    fn new(files: &[(String, String)]) -> ByHand {
+        let root = tempfile::Builder::new()
+            .prefix("bench-real-program-")
+            .tempdir()
+            .expect("a temporary directory");
+        for dir in ["program", "state", "home"] {
+            std::fs::create_dir_all(root.path().join(dir)).expect("a directory");
+        }
+        for (file, content) in files {
+            std::fs::write(root.path().join("program").join(file), content).expect("a file");
+        }
+        // The update Jobs' PATH: the image's directory, then a Debian image's (tests/node-agent).
+        let path = format!(
+            "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            pulumi_image_dir().display()
+        );
+        ByHand { root, path }
+    }
+
+    /// Runs `pulumi --non-interactive ARGS` in the program's directory; its wall time.
+    fn pulumi(&self, args: &[&str]) -> Duration {
+        let at = |dir: &str| self.root.path().join(dir);
+        let start = Instant::now();
+        let out = std::process::Command::new(pulumi_image_dir().join("pulumi"))
+            .arg("--non-interactive")
+            .args(args)
+            .current_dir(at("program"))
+            .env("PATH", &self.path)
+            .env("HOME", at("home"))
+            .env("PULUMI_HOME", at("home/.pulumi"))
+            .env(
+                "PULUMI_BACKEND_URL",
+                format!("file://{}", at("state").display()),
+            )
+            .env("PULUMI_CONFIG_PASSPHRASE", test_support::TEST_PASSPHRASE)
+            .env("PULUMI_SKIP_UPDATE_CHECK", "true")
+            .env("KUBECONFIG", test_support::kubeconfig())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("running pulumi: {e}"));
+        assert!(
+            out.status.success(),
+            "pulumi {args:?} failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        start.elapsed()
+    }
+}
+
+/// (a): the dependencies installed once (`pulumi install --no-plugins`, as the runner does:
+/// npm, or pip into the virtualenv the runtime options name), the stack created with the
+/// Stacks' config and a first `up` (untimed), then `runs` timed unchanged ups.
+fn by_hand_mode(program: &str, ns: &str, runs: usize) -> ModeRow {
+    let hand = ByHand::new(&program_files(program));
+    let install = hand.pulumi(&["install", "--no-plugins"]);
+    let message = format!("bench-{}", Mode::ByHand.stack());
+    hand.pulumi(&["stack", "init", "dev"]);
+    for (key, value) in [("kubernetes:namespace", ns), ("message", message.as_str())] {
+        hand.pulumi(&["config", "set", key, value, "--stack", "dev"]);
+    }
+    hand.pulumi(&[
+        "config", "set", "--secret", "token", REAL_TOKEN, "--stack", "dev",
+    ]);
+    let up = ["up", "--skip-preview", "--yes", "--stack", "dev"];
+    let first = hand.pulumi(&up);
+    let seconds: Vec<f64> = (0..runs)
+        .map(|i| {
+            let took = hand.pulumi(&up).as_secs_f64();
+            eprintln!("{program} {}: run {i}: {took:.2} s", Mode::ByHand.label());
+            took
+        })
+        .collect();
+    ModeRow {
+        program: program.to_string(),
+        mode: Mode::ByHand,
+        runs: seconds,
+        note: format!(
+            "untimed: `pulumi install` {:.1} s, the first `up` {:.1} s",
+            install.as_secs_f64(),
+            first.as_secs_f64()
+        ),
+    }
+}
+
+/// The program committed again without its lockfile (removed from the working copy too), if
+/// it has one.
+fn commit_without_lockfile(f: &StackFixture, program: &str) -> Option<String> {
+    let mut files = program_files(program);
+    let before = files.len();
+    files.retain(|(p, _)| p != "package-lock.json");
+    if files.len() == before {
+        return None;
+    }
+    std::fs::remove_file(f.repo.work.join("package-lock.json")).expect("removing the lockfile");
+    Some(f.repo.commit_files(&files, "bench, no lockfile"))
+}
+
+/// Every mode of one program, in its own namespace (its objects deployed there by each mode).
+async fn program_modes(program: &str, prefix: &str, runs: usize) -> Vec<ModeRow> {
+    let f = StackFixture::new(prefix).await;
+    prepare_program_namespace(&f);
+    let sha = f.repo.commit_files(&program_files(program), "bench");
+    let mut rows = vec![by_hand_mode(program, f.ns(), runs)];
+    for mode in Mode::JOBS {
+        let sha = match mode {
+            Mode::NoLockfile => match commit_without_lockfile(&f, program) {
+                Some(sha) => sha,
+                None => {
+                    rows.push(ModeRow {
+                        program: program.to_string(),
+                        mode,
+                        runs: vec![],
+                        note: "no lockfile case: a Python program is cached under its \
+                               requirements.txt, which is always committed"
+                            .into(),
+                    });
+                    continue;
+                }
+            },
+            _ => sha.clone(),
+        };
+        rows.push(job_mode(&f, program, mode, &sha, runs).await);
+    }
+    rows
+}
+
+#[tokio::test]
+#[ignore = "benchmark: run by hand"]
+async fn real_program_operation() {
+    let runs: usize = env_or("BENCH_RUNS", 3usize).max(1);
+    let out_dir = bench_out_dir();
+    let mut rows = program_modes("typescript", "bench-ts", runs).await;
+    rows.extend(program_modes("python", "bench-py", runs).await);
+    let md = real_program_markdown(runs, &rows);
+    let file = out_dir.join("real-program.md");
+    std::fs::write(&file, &md).expect("real-program.md");
+    println!("{md}");
+    println!("results in {}", file.display());
+}
+
+#[test]
+fn the_real_program_table_gives_each_mode_against_by_hand() {
+    let row = |mode, runs: &[f64], note: &str| ModeRow {
+        program: "typescript".into(),
+        mode,
+        runs: runs.to_vec(),
+        note: note.into(),
+    };
+    let mut rows = vec![
+        row(Mode::ByHand, &[4.1, 4.0, 4.2], "untimed"),
+        row(Mode::Cache, &[5.0, 5.2, 4.9], "3 of 3"),
+        row(Mode::NoLockfile, &[6.5, 6.0, 6.4], ""),
+    ];
+    rows.push(ModeRow {
+        program: "python".into(),
+        mode: Mode::NoLockfile,
+        runs: vec![],
+        note: "no lockfile case".into(),
+    });
+    let md = real_program_markdown(3, &rows);
+    assert!(md.contains("| typescript | (a) `pulumi up --skip-preview --yes` by hand, dependencies installed | 4.10 | 4.10, 4.00, 4.20 | 1.00× | – |"), "{md}");
+    assert!(
+        md.contains("| 5.00 | 5.00, 5.20, 4.90 | 1.22× | ≤ 1.3: met | 3 of 3 |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| 6.40 | 6.50, 6.00, 6.40 | 1.56× | ≤ 1.5: not met |"),
+        "{md}"
+    );
+    assert!(md.contains("| python | (e) update Job, dependency cache, no lockfile committed | – | – | – | – | no lockfile case |"), "{md}");
 }
 
 #[test]

@@ -510,7 +510,11 @@ impl<'a> Pass<'a> {
         match in_flight(current.as_ref(), &refs) {
             InFlight::Busy { name, adopt } => {
                 let busy = owned.iter().find(|u| u.name_any() == name);
-                let cancelled = match busy.filter(|_| self.deleting) {
+                // Not a destroy: that is the operation the deletion itself runs.
+                let cancellable = |u: &&Arc<Update>| {
+                    self.deleting && u.spec.update_type != Some(UpdateType::Destroy)
+                };
+                let cancelled = match busy.filter(cancellable) {
                     Some(u) => cancel_if_unstarted(self.ctx, &self.ns, u).await?,
                     None => false,
                 };
