@@ -142,6 +142,7 @@ fn parent(pid: u32) -> Option<u32> {
 fn scan(log: &Mutex<ProcessLog>) {
     let now = Instant::now();
     let mut current: Vec<(u32, String, String, String)> = Vec::new();
+    let mut parents: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for entry in dir.flatten() {
             let Some(pid) = entry
@@ -151,7 +152,13 @@ fn scan(log: &Mutex<ProcessLog>) {
             else {
                 continue;
             };
+            // The parent first: a child read after its command line may have exited (then
+            // its parent could not be read, and the fork would count as a second operation).
+            let ppid = parent(pid);
             if let Some((key, op, pod)) = pulumi_operation(pid) {
+                if let Some(ppid) = ppid {
+                    parents.insert(pid, ppid);
+                }
                 current.push((pid, key, op, pod));
             }
         }
@@ -162,7 +169,8 @@ fn scan(log: &Mutex<ProcessLog>) {
         .iter()
         .map(|(pid, key, _, _)| (*pid, key.clone()))
         .collect();
-    current.retain(|(pid, key, _, _)| parent(*pid).and_then(|p| operations.get(&p)) != Some(key));
+    current
+        .retain(|(pid, key, _, _)| parents.get(pid).and_then(|p| operations.get(p)) != Some(key));
     let Ok(mut log) = log.lock() else { return };
     for seen in log.by_stack.values_mut().flatten() {
         seen.alive = false;
