@@ -200,9 +200,8 @@ pub fn namespace_terminating_message(stack: &Stack, refusal: &str) -> String {
     let release = format!(
         "kubectl -n {ns} patch stack {name} --type=merge -p '{{\"metadata\":{{\"finalizers\":null}}}}'"
     );
-    let owes_destroy = stack.metadata.deletion_timestamp.is_some()
-        && stack.spec.destroy_on_finalize
-        && !stack.spec.preview;
+    // Its namespace is being deleted: the Stack is deleted next, whether or not it is yet.
+    let owes_destroy = stack.spec.destroy_on_finalize && !stack.spec.preview;
     if !owes_destroy {
         return format!(
             "namespace {ns} is being deleted, so no operation can start in it ({refusal}); if the \
