@@ -473,10 +473,7 @@ fn flux_triggers(
     ns: Option<&str>,
     stacks: Store<Stack>,
 ) -> impl futures::Stream<Item = ObjectRef<Stack>> {
-    futures::stream::select_all(crate::source::flux::FLUX_SOURCE_KINDS.map(|kind| {
-        crate::source::flux::events(client.clone(), ns.map(str::to_string), kind).boxed()
-    }))
-    .flat_map(move |obj| {
+    crate::source::flux::events(client.clone(), ns.map(str::to_string)).flat_map(move |obj| {
         let kind = obj
             .types
             .as_ref()

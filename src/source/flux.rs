@@ -89,38 +89,46 @@ async fn read_source(
     }
 }
 
-/// Every change of `kind` objects (in `ns`, or everywhere).
+/// Every change of Flux source objects of the kinds the cluster serves (in `ns`, or
+/// everywhere). One discovery serves all the kinds: separate lookups of the same group at the
+/// same moment read, to a throttling API server, like a client that retries too soon.
 pub fn events(
     client: Client,
     ns: Option<String>,
-    kind: &'static str,
 ) -> impl Stream<Item = DynamicObject> + Send + 'static {
     futures::stream::once(async move {
         loop {
-            match kube::discovery::group(&client, FLUX_SOURCE_GROUP)
+            let served: Vec<ApiResource> = match kube::discovery::group(&client, FLUX_SOURCE_GROUP)
                 .await
-                .ok()
-                .and_then(|g| g.recommended_kind(kind))
             {
-                Some((resource, _)) => break (client, resource),
-                None => {
-                    tokio::select! {
-                        _ = tokio::time::sleep(LOOK_AGAIN) => {}
-                        _ = IN_USE.notified() => {}
-                    }
-                }
+                Ok(group) => FLUX_SOURCE_KINDS
+                    .iter()
+                    .filter_map(|kind| group.recommended_kind(kind).map(|(r, _)| r))
+                    .collect(),
+                Err(_) => Vec::new(),
+            };
+            if !served.is_empty() {
+                break (client, served);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(LOOK_AGAIN) => {}
+                _ = IN_USE.notified() => {}
             }
         }
     })
-    .flat_map(move |(client, resource)| {
-        tracing::info!(kind, version = %resource.version, "watching Flux sources");
-        let api: Api<DynamicObject> = match &ns {
-            Some(ns) => Api::namespaced_with(client, ns, &resource),
-            None => Api::all_with(client, &resource),
-        };
-        watcher(api, watcher::Config::default())
-            .default_backoff()
-            .touched_objects()
-            .filter_map(|r| async move { r.ok() })
+    .flat_map(move |(client, served)| {
+        let ns = ns.clone();
+        futures::stream::select_all(served.into_iter().map(move |resource| {
+            tracing::info!(kind = %resource.kind, version = %resource.version, "watching Flux sources");
+            let api: Api<DynamicObject> = match &ns {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+                None => Api::all_with(client.clone(), &resource),
+            };
+            watcher(api, watcher::Config::default())
+                .default_backoff()
+                .touched_objects()
+                .filter_map(|r| async move { r.ok() })
+                .boxed()
+        }))
     })
 }

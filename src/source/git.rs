@@ -472,7 +472,8 @@ mod tests {
             assert!(e.contains(remote_hosts::SETTING), "{url}: {e}");
             assert!(!e.contains("url-pw-777"), "{e}");
         }
-        assert!(server.requests().is_empty(), "{:?}", server.requests());
+        let contacted = server.settled_requests();
+        assert!(contacted.is_empty(), "{contacted:?}");
         // Listed by the administrator: contacted as before.
         let loopback = AllowList::parse(&["127.0.0.1"]).unwrap();
         let url = format!("{}/app.git", server.url);
@@ -492,11 +493,11 @@ mod tests {
         assert!(e.not_allowed && e.contains("loopback name"), "{e}");
         // Past the first check, the HTTP client checks the names it resolves itself (a name
         // that answers differently the second time, a redirect).
-        let before = server.requests().len();
+        let before = server.settled_requests().len();
         let e =
             ls_remote_within(&url, "main", &Credentials::None, Some(&none), &cancel()).unwrap_err();
         assert!(e.contains("is refused"), "{e}");
-        assert_eq!(server.requests().len(), before);
+        assert_eq!(server.settled_requests().len(), before);
     }
 
     #[test]

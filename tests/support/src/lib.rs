@@ -838,6 +838,20 @@ impl LoggedGitServer {
         self.log.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
+    /// The request lines logged once the log has been still for 300 ms: lines reach it
+    /// through a reader thread, after the client has its answer.
+    pub fn settled_requests(&self) -> Vec<String> {
+        let mut seen = self.requests();
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let now = self.requests();
+            if now.len() == seen.len() {
+                return now;
+            }
+            seen = now;
+        }
+    }
+
     /// How many logged requests contain every one of `needles`.
     pub fn count(&self, needles: &[&str]) -> usize {
         self.requests()
