@@ -187,16 +187,7 @@ async fn deploy_roll_destroy(prefix: &str, program: &str, install_log: &str, cac
             *content = content.replace("\"hello\"", "\"hello again\"");
         }
     }
-    let sha2 = f.repo.commit_files(&files, "v2");
-    f.sn.ns.apply(&program_stack(&f, "web", &sha2));
-    let s2 = f
-        .wait_stack_for(LATER, "web", "the second update to end", |s| {
-            last_update(s).name.as_deref() != Some(first_update.as_str())
-                && (stack_ready(s) || failed(s))
-        })
-        .await;
-    let logs2 = job_logs(&f, &s2);
-    assert!(stack_ready(&s2), "{:?}\n{logs2}", last_update(&s2).message);
+    let (s2, logs2) = second_update_succeeds(&f, &files, "v2", &first_update).await;
     assert!(
         logs2.contains(cached_log),
         "the second operation did not use the cache ({cached_log:?} not in the log):\n{logs2}"
@@ -267,6 +258,26 @@ fn assert_kept_without_lockfile(logs: &str) -> String {
 /// such programs were cached, both operations installed ("installed dependencies are not
 /// cached: the project has no lockfile"), and neither log says "no cached dependencies" or
 /// "restored from the cache".
+/// Commits `files` as `message`, points the Stack `web` at it and waits for the update after
+/// `first_update` to succeed; returns the Stack and its Job's logs.
+async fn second_update_succeeds(
+    f: &StackFixture,
+    files: &[(String, String)],
+    message: &str,
+    first_update: &str,
+) -> (Stack, String) {
+    let sha2 = f.repo.commit_files(files, message);
+    f.sn.ns.apply(&program_stack(f, "web", &sha2));
+    let s2 = f
+        .wait_stack_for(LATER, "web", "the second update to end", |s| {
+            last_update(s).name.as_deref() != Some(first_update) && (stack_ready(s) || failed(s))
+        })
+        .await;
+    let logs2 = job_logs(f, &s2);
+    assert!(stack_ready(&s2), "{:?}\n{logs2}", last_update(&s2).message);
+    (s2, logs2)
+}
+
 #[tokio::test]
 async fn a_typescript_program_without_a_lockfile_gets_its_dependencies_from_the_cache() {
     let f = StackFixture::new("tsnolock").await;
@@ -293,16 +304,7 @@ async fn a_typescript_program_without_a_lockfile_gets_its_dependencies_from_the_
             *content = content.replace("\"hello\"", "\"hello again\"");
         }
     }
-    let sha2 = f.repo.commit_files(&files, "v2, no lockfile");
-    f.sn.ns.apply(&program_stack(&f, "web", &sha2));
-    let s2 = f
-        .wait_stack_for(LATER, "web", "the second update to end", |s| {
-            last_update(s).name.as_deref() != Some(first_update.as_str())
-                && (stack_ready(s) || failed(s))
-        })
-        .await;
-    let logs2 = job_logs(&f, &s2);
-    assert!(stack_ready(&s2), "{:?}\n{logs2}", last_update(&s2).message);
+    let (s2, logs2) = second_update_succeeds(&f, &files, "v2, no lockfile", &first_update).await;
     let restored = format!(
         "{RESTORED} (node_modules of package.json digest {digest}, no lockfile): nothing to install"
     );

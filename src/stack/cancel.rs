@@ -17,11 +17,17 @@ use crate::update::admission::{never_admitted, ADMITTED_POD_ANNOTATION, CANCELLE
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
-use pulumi_operator_api::{names, Update};
+use pulumi_operator_api::{names, Update, UpdateType};
 use tracing::info;
 
 /// Why the Update was cancelled (its annotation's value).
 const CANCELLED_BECAUSE: &str = "the Stack was deleted before this operation started";
+
+/// Whether an operation of a Stack may be cancelled if it never started: only while the Stack
+/// (or its namespace) is being deleted, and never the destroy that deletion itself runs.
+pub fn cancellable(stack_deleting: bool, update: &Update) -> bool {
+    stack_deleting && update.spec.update_type != Some(UpdateType::Destroy)
+}
 
 /// Cancels `update` if its operation never started; says whether it did. After a conflict (the
 /// Update or its pod changed since it was read: a pod may have been admitted or bound
@@ -154,5 +160,36 @@ async fn mark_cancelled(
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(true),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pulumi_operator_api::UpdateSpec;
+
+    fn update(kind: Option<UpdateType>) -> Update {
+        Update::new(
+            "s-1",
+            UpdateSpec {
+                update_type: kind,
+                ..Default::default()
+            },
+        )
+    }
+
+    #[test]
+    fn only_a_deleted_stacks_operations_other_than_its_destroy_are_cancellable() {
+        for kind in [
+            Some(UpdateType::Up),
+            Some(UpdateType::Preview),
+            Some(UpdateType::Refresh),
+            None,
+        ] {
+            assert!(cancellable(true, &update(kind.clone())), "{kind:?}");
+            assert!(!cancellable(false, &update(kind.clone())), "{kind:?}");
+        }
+        assert!(!cancellable(true, &update(Some(UpdateType::Destroy))));
+        assert!(!cancellable(false, &update(Some(UpdateType::Destroy))));
     }
 }

@@ -20,7 +20,7 @@ use crate::runtime::error::{Error, Result};
 use crate::runtime::finalizer::remove_finalizer;
 use crate::runtime::metrics::{StackLabels, UpdateLabels};
 use crate::stack::approval;
-use crate::stack::cancel::cancel_if_unstarted;
+use crate::stack::cancel::{cancel_if_unstarted, cancellable};
 use crate::stack::decide::{decide, Decision, Limits, Observed};
 use crate::stack::drift::{self, Finding};
 use crate::stack::inflight::{in_flight, node_unreachable, owned_by, releasable, InFlight};
@@ -316,7 +316,7 @@ impl<'a> Pass<'a> {
     /// spec to change.
     async fn validate(&mut self) -> Result<Option<Action>> {
         let errors = validate_stack(self.stack);
-        let refused = crate::source::auth::github_api_policy(self.stack, &self.ctx.policy);
+        let refused = crate::source::auth::github_api_limits(self.stack, &self.ctx.limits);
         let schedules = match &self.stack.spec.drift_detection {
             Some(d) => drift::parse(d).map(|_| ()),
             None => Ok(()),
@@ -510,11 +510,7 @@ impl<'a> Pass<'a> {
         match in_flight(current.as_ref(), &refs) {
             InFlight::Busy { name, adopt } => {
                 let busy = owned.iter().find(|u| u.name_any() == name);
-                // Not a destroy: that is the operation the deletion itself runs.
-                let cancellable = |u: &&Arc<Update>| {
-                    self.deleting && u.spec.update_type != Some(UpdateType::Destroy)
-                };
-                let cancelled = match busy.filter(cancellable) {
+                let cancelled = match busy.filter(|u| cancellable(self.deleting, u)) {
                     Some(u) => cancel_if_unstarted(self.ctx, &self.ns, u).await?,
                     None => false,
                 };
@@ -1183,7 +1179,7 @@ impl<'a> Pass<'a> {
     /// (not checked for a destroy): the Stack stalls, and the action until it is fixed.
     async fn refused_workspace(&mut self, workspace: &Workspace) -> Result<Option<Action>> {
         if let Err(why) =
-            crate::stack::objects::workspace_policy(&self.ns, workspace, &self.ctx.policy)
+            crate::stack::objects::workspace_limits(&self.ns, workspace, &self.ctx.limits)
         {
             warn!(%why, "not allowed");
             self.stall_once(names::REASON_NOT_ALLOWED, &why.0, names::REASON_NOT_ALLOWED)
@@ -1594,18 +1590,14 @@ async fn write_status(
     status: &StackStatus,
     resource_version: Option<&str>,
 ) -> Result<Stack> {
-    let mut metadata = serde_json::json!({"name": name});
-    if let Some(rv) = resource_version {
-        metadata["resourceVersion"] = rv.into();
-    }
-    let patch = serde_json::json!({"apiVersion": "pulumi.com/v1", "kind": "Stack", "metadata": metadata, "status": status});
-    let written = api
-        .patch_status(
-            name,
-            &PatchParams::apply(names::FIELD_MANAGER_STACK_STATUS).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
+    let written = crate::runtime::status::apply_status(
+        api,
+        name,
+        names::FIELD_MANAGER_STACK_STATUS,
+        status,
+        resource_version,
+    )
+    .await?;
     let wanted = serde_json::to_value(status)?;
     let got = serde_json::to_value(written.status.clone().unwrap_or_default())?;
     if let Some(fix) = leftovers(&wanted, &got) {

@@ -64,7 +64,12 @@ func main() {
 			return err
 		}
 
+		// The test cluster's pods have loopback addresses, which EndpointSlices refuse: the
+		// Service never gets endpoints, so the provider must not wait for them.
 		service, err := corev1.NewService(ctx, "web", &corev1.ServiceArgs{
+			Metadata: &metav1.ObjectMetaArgs{
+				Annotations: pulumi.StringMap{"pulumi.com/skipAwait": pulumi.String("true")},
+			},
 			Spec: &corev1.ServiceSpecArgs{
 				Selector: labels,
 				Ports: corev1.ServicePortArray{
