@@ -8,7 +8,7 @@ use crate::runtime::metrics::Metrics;
 use crate::source::{git, poll};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::ResourceExt;
@@ -311,16 +311,13 @@ pub async fn reconcile(
     let now = Time(jiff::Timestamp::now());
     let status = fold_status(&policy, &answers, covered_stacks(&policy, &ctx), &now);
     if policy.status.as_ref() != Some(&status) {
-        let patch = serde_json::json!({
-            "apiVersion": format!("{}/v1alpha1", pulumi_operator_api::policy::GROUP),
-            "kind": "StackPolicy",
-            "status": status,
-        });
         let api: Api<StackPolicy> = Api::all(ctx.client.clone());
-        api.patch_status(
+        crate::runtime::status::apply_status(
+            &api,
             &policy.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
+            FIELD_MANAGER,
+            &status,
+            None,
         )
         .await?;
         info!(policy = %policy.name_any(), packs = ?status.pack_names, "stack policy status written");

@@ -4,7 +4,7 @@
 use super::project::{artifact, render_project, status_current};
 use crate::runtime::context::Context;
 use crate::runtime::error::{Error, Result};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::ResourceExt;
 use pulumi_operator_api::{Program, ProgramStatus};
@@ -33,16 +33,13 @@ pub async fn reconcile(program: Arc<Program>, ctx: Arc<Context>) -> Result<Actio
         observed_generation: Some(generation),
         artifact: Some(artifact),
     };
-    let patch = serde_json::json!({
-        "apiVersion": "pulumi.com/v1",
-        "kind": "Program",
-        "status": status,
-    });
     let api: Api<Program> = Api::namespaced(ctx.client.clone(), &namespace);
-    api.patch_status(
+    crate::runtime::status::apply_status(
+        &api,
         &name,
-        &PatchParams::apply(pulumi_operator_api::names::FIELD_MANAGER_PROGRAM_STATUS).force(),
-        &Patch::Apply(&patch),
+        pulumi_operator_api::names::FIELD_MANAGER_PROGRAM_STATUS,
+        &status,
+        None,
     )
     .await?;
     info!(%digest, generation, "program artifact published");

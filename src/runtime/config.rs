@@ -180,7 +180,7 @@ fn listed(values: &[String]) -> Vec<String> {
 
 impl Config {
     /// What tenants may ask for.
-    pub fn policy(&self) -> crate::runtime::policy::Policy {
+    pub fn limits(&self) -> crate::runtime::limits::AdminLimits {
         let mut github_api_hosts = listed(&self.github_api_hosts);
         if let Some(own) = std::env::var(pulumi_gitauth::env::GITHUB_API_URL)
             .ok()
@@ -188,7 +188,7 @@ impl Config {
         {
             github_api_hosts.push(own);
         }
-        crate::runtime::policy::Policy {
+        crate::runtime::limits::AdminLimits {
             operator_namespace: self.lease_namespace.clone(),
             operator_service_account: self.operator_service_account.clone(),
             allow_operator_namespace: self.allow_operator_namespace,
@@ -277,7 +277,7 @@ mod tests {
     fn internal_git_hosts_are_refused_unless_listed() {
         use crate::runtime::remote_hosts::check_url;
         let c = Config::try_parse_from(["op"]).unwrap();
-        let refused = c.policy().git_allowed_internal_hosts;
+        let refused = c.limits().git_allowed_internal_hosts;
         assert!(check_url("http://127.0.0.1:8080/x.git", &refused).is_err());
         let c = Config::try_parse_from([
             "op",
@@ -285,7 +285,7 @@ mod tests {
             "127.0.0.1, gitea.gitea.svc:3000,10.0.0.0/8",
         ])
         .unwrap();
-        let allowed = c.policy().git_allowed_internal_hosts;
+        let allowed = c.limits().git_allowed_internal_hosts;
         assert!(check_url("http://127.0.0.1:8080/x.git", &allowed).is_ok());
         assert!(check_url("http://gitea.gitea.svc:3000/x.git", &allowed).is_ok());
         assert!(check_url("http://localhost:8080/x.git", &allowed).is_err());

@@ -70,7 +70,7 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub events: crate::runtime::events::Publisher,
     /// What tenants may ask for (from the configuration).
-    pub policy: crate::runtime::policy::Policy,
+    pub limits: crate::runtime::limits::AdminLimits,
     /// ServiceAccounts, Secrets and ConfigMaps operations need, seen a moment ago.
     pub recently_seen: crate::runtime::recently_seen::RecentlySeen,
     /// Consecutive reconcile errors per object (namespace/name), for `error_policy` backoff.
@@ -158,7 +158,7 @@ impl Context {
                 REPORTER,
                 &config.identity(),
             ),
-            policy: config.policy(),
+            limits: config.limits(),
             client,
             stores,
             config,

@@ -426,15 +426,15 @@ fn uses_github_app(stack: &Stack) -> bool {
 
 /// Whether the operator may exchange this Stack's GitHub App credentials at its GitHub API
 /// URL (only checked when the Stack uses a GitHub App).
-pub fn github_api_policy(
+pub fn github_api_limits(
     stack: &Stack,
-    policy: &crate::runtime::policy::Policy,
-) -> Result<(), crate::runtime::policy::NotAllowed> {
+    limits: &crate::runtime::limits::AdminLimits,
+) -> Result<(), crate::runtime::limits::NotAllowed> {
     if !uses_github_app(stack) {
         return Ok(());
     }
-    crate::runtime::policy::check_github_api_url(&github_api_url(stack), policy).map_err(|e| {
-        crate::runtime::policy::NotAllowed(format!("annotation {GITHUB_API_URL_ANNOTATION}: {e}"))
+    crate::runtime::limits::check_github_api_url(&github_api_url(stack), limits).map_err(|e| {
+        crate::runtime::limits::NotAllowed(format!("annotation {GITHUB_API_URL_ANNOTATION}: {e}"))
     })
 }
 

@@ -336,11 +336,11 @@ fn workspace_source(
 
 /// Whether the operator's administrator allows the pods this Workspace asks for in `namespace`
 /// (checked on the Stack before an operation is claimed; every Job is checked again).
-pub fn workspace_policy(
+pub fn workspace_limits(
     namespace: &str,
     ws: &Workspace,
-    policy: &crate::runtime::policy::Policy,
-) -> Result<(), crate::runtime::policy::NotAllowed> {
+    limits: &crate::runtime::limits::AdminLimits,
+) -> Result<(), crate::runtime::limits::NotAllowed> {
     let mut pod = json!({
         "serviceAccountName": ws.spec.service_account_name.clone()
             .filter(|s| !s.is_empty())
@@ -349,7 +349,7 @@ pub fn workspace_policy(
     if let Some(user) = ws.spec.pod_template.as_ref().and_then(|t| t.spec.as_ref()) {
         crate::runtime::merge::merge(&mut pod, user);
     }
-    crate::runtime::policy::check_pod(namespace, &pod, policy)
+    crate::runtime::limits::check_pod(namespace, &pod, limits)
 }
 
 /// The Workspace of a Stack: image, identity, environment, source at the resolved revision,

@@ -40,7 +40,7 @@ pub async fn resolve_source(
         &ctx.client,
         &ctx.stores.programs,
         Some(ctx.metrics.clone()),
-        &ctx.policy.git_allowed_internal_hosts,
+        &ctx.limits.git_allowed_internal_hosts,
         resync,
     )
     .await

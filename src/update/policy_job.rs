@@ -5,7 +5,7 @@
 //! `pulumi` container mounts it read-only and runs the runner, which passes every pack to
 //! every `preview` and `up`.
 
-use crate::runtime::policy::NotAllowed;
+use crate::runtime::limits::NotAllowed;
 use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, EnvVar, Volume, VolumeMount};
 use pulumi_operator_api::names;
 use pulumi_operator_api::plan::{self, POLICY_PACKS_DIR};

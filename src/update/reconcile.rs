@@ -43,11 +43,12 @@ async fn write_status(
     update: &Update,
     status: &UpdateStatus,
 ) -> Result<()> {
-    let patch = serde_json::json!({"apiVersion": "auto.pulumi.com/v1alpha1", "kind": "Update", "status": status});
-    api.patch_status(
+    crate::runtime::status::apply_status(
+        api,
         &update.name_any(),
-        &PatchParams::apply(names::FIELD_MANAGER_UPDATE_STATUS).force(),
-        &Patch::Apply(&patch),
+        names::FIELD_MANAGER_UPDATE_STATUS,
+        status,
+        None,
     )
     .await?;
     ctx.wrote_update_status(update, status);
@@ -1204,7 +1205,7 @@ async fn create_job(
     };
     let job = build_job(update, ws, &cfg, shape)?;
     let pod_spec = serde_json::to_value(job.spec.as_ref().and_then(|s| s.template.spec.as_ref()))?;
-    let checked = crate::runtime::policy::check_pod(ns, &pod_spec, &ctx.policy).and_then(|()| {
+    let checked = crate::runtime::limits::check_pod(ns, &pod_spec, &ctx.limits).and_then(|()| {
         if shape.policy_packs {
             crate::update::policy_job::check_untouched(
                 &pod_spec,

@@ -290,11 +290,12 @@ pub async fn reconcile(
     let status = desired_status(&ws, &observed, &Time(jiff::Timestamp::now()));
     if ws.status.as_ref() != Some(&status) {
         let api: Api<Workspace> = Api::namespaced(ctx.client.clone(), &ns);
-        let patch = serde_json::json!({"apiVersion": "auto.pulumi.com/v1alpha1", "kind": "Workspace", "status": status});
-        api.patch_status(
+        crate::runtime::status::apply_status(
+            &api,
             &name,
-            &PatchParams::apply(names::FIELD_MANAGER_WORKSPACE_STATUS).force(),
-            &Patch::Apply(&patch),
+            names::FIELD_MANAGER_WORKSPACE_STATUS,
+            &status,
+            None,
         )
         .await?;
         // A field left out of an apply is not removed from a status on every apiserver

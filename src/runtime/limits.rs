@@ -9,7 +9,7 @@ use serde_json::Value;
 
 /// The administrator's limits (from [`crate::runtime::config::Config`]).
 #[derive(Clone, Debug, Default)]
-pub struct Policy {
+pub struct AdminLimits {
     /// The operator's own namespace: operations never run there unless allowed.
     pub operator_namespace: String,
     /// The operator's ServiceAccount (in its namespace): never lent to an operation unless
@@ -45,10 +45,14 @@ pub struct NotAllowed(pub String);
 
 /// Whether an operation may run in `namespace` with `pod_spec` (the final one, the user's
 /// template merged in). The error says what is refused and who can allow it.
-pub fn check_pod(namespace: &str, pod_spec: &Value, policy: &Policy) -> Result<(), NotAllowed> {
+pub fn check_pod(
+    namespace: &str,
+    pod_spec: &Value,
+    limits: &AdminLimits,
+) -> Result<(), NotAllowed> {
     let account = service_account(pod_spec);
-    if namespace == policy.operator_namespace && !policy.allow_operator_namespace {
-        let what = if account == policy.operator_service_account {
+    if namespace == limits.operator_namespace && !limits.allow_operator_namespace {
+        let what = if account == limits.operator_service_account {
             format!(
                 "operations may not run as the operator's ServiceAccount {account:?}, nor in its \
                  namespace {namespace:?}"
@@ -61,8 +65,8 @@ pub fn check_pod(namespace: &str, pod_spec: &Value, policy: &Policy) -> Result<(
              allow it with ALLOW_OPERATOR_NAMESPACE=true)"
         )));
     }
-    if !policy.allowed_service_accounts.is_empty()
-        && !policy
+    if !limits.allowed_service_accounts.is_empty()
+        && !limits
             .allowed_service_accounts
             .iter()
             .any(|a| a == account || *a == format!("{namespace}/{account}"))
@@ -70,10 +74,10 @@ pub fn check_pod(namespace: &str, pod_spec: &Value, policy: &Policy) -> Result<(
         return Err(NotAllowed(format!(
             "ServiceAccount {account:?} is not one the operator's administrator allows \
              (ALLOWED_SERVICE_ACCOUNTS={})",
-            policy.allowed_service_accounts.join(",")
+            limits.allowed_service_accounts.join(",")
         )));
     }
-    let set: Vec<&str> = policy
+    let set: Vec<&str> = limits
         .denied_pod_fields
         .iter()
         .map(String::as_str)
@@ -96,12 +100,12 @@ pub fn check_pod(namespace: &str, pod_spec: &Value, policy: &Policy) -> Result<(
 /// Whether the operator may call `url` as a GitHub API for a tenant: https (unless allowed),
 /// and a host the administrator listed. Anything else would let a Stack make the operator
 /// send signed credentials to a place of the tenant's choosing, from the operator's network.
-pub fn check_github_api_url(url: &str, policy: &Policy) -> Result<(), NotAllowed> {
+pub fn check_github_api_url(url: &str, limits: &AdminLimits) -> Result<(), NotAllowed> {
     let parsed = reqwest::Url::parse(url)
         .map_err(|e| NotAllowed(format!("invalid GitHub API URL {url:?}: {e}")))?;
     match parsed.scheme() {
         "https" => {}
-        "http" if policy.allow_insecure_github_api => {}
+        "http" if limits.allow_insecure_github_api => {}
         other => {
             return Err(NotAllowed(format!(
                 "GitHub API URL {url:?} must use https, not {other} (the operator's \
@@ -116,7 +120,7 @@ pub fn check_github_api_url(url: &str, policy: &Policy) -> Result<(), NotAllowed
     }
     let host = pulumi_gitauth::authority_of(url).unwrap_or_default();
     let bare = parsed.host_str().unwrap_or_default().to_ascii_lowercase();
-    if policy
+    if limits
         .github_api_hosts
         .iter()
         .any(|h| h.eq_ignore_ascii_case(&host) || h.eq_ignore_ascii_case(&bare))
@@ -126,7 +130,7 @@ pub fn check_github_api_url(url: &str, policy: &Policy) -> Result<(), NotAllowed
         Err(NotAllowed(format!(
             "GitHub API host {host:?} is not one the operator may call (GITHUB_API_HOSTS={}); \
              ask the operator's administrator to add it",
-            policy.github_api_hosts.join(",")
+            limits.github_api_hosts.join(",")
         )))
     }
 }
@@ -136,8 +140,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn policy() -> Policy {
-        Policy {
+    fn limits() -> AdminLimits {
+        AdminLimits {
             operator_namespace: "pulumi-operator".into(),
             operator_service_account: "pulumi-operator".into(),
             github_api_hosts: vec!["api.github.com".into(), "ghe.example.com:8443".into()],
@@ -147,7 +151,7 @@ mod tests {
 
     #[test]
     fn the_operator_namespace_and_identity_are_not_lent() {
-        let p = policy();
+        let p = limits();
         let own = json!({"serviceAccountName": "pulumi-operator"});
         let e = check_pod("pulumi-operator", &own, &p)
             .unwrap_err()
@@ -160,19 +164,19 @@ mod tests {
         assert!(check_pod("pulumi-operator", &json!({}), &p).is_err());
         // Elsewhere an account of that name is the tenant's own.
         assert!(check_pod("team-a", &own, &p).is_ok());
-        let allowed = Policy {
+        let allowed = AdminLimits {
             allow_operator_namespace: true,
-            ..policy()
+            ..limits()
         };
         assert!(check_pod("pulumi-operator", &own, &allowed).is_ok());
     }
 
     #[test]
     fn service_accounts_and_pod_fields_the_admin_limits() {
-        let p = Policy {
+        let p = AdminLimits {
             allowed_service_accounts: vec!["pulumi".into(), "team-b/deployer".into()],
             denied_pod_fields: vec!["hostNetwork".into(), "hostPID".into()],
-            ..policy()
+            ..limits()
         };
         assert!(check_pod("a", &json!({"serviceAccountName": "pulumi"}), &p).is_ok());
         assert!(check_pod("team-b", &json!({"serviceAccountName": "deployer"}), &p).is_ok());
@@ -189,7 +193,7 @@ mod tests {
 
     #[test]
     fn github_api_urls_only_where_allowed() {
-        let p = policy();
+        let p = limits();
         assert!(check_github_api_url("https://api.github.com", &p).is_ok());
         assert!(check_github_api_url("https://GHE.example.com:8443/api/v3", &p).is_ok());
         for (bad, why) in [
@@ -204,10 +208,10 @@ mod tests {
             let e = check_github_api_url(bad, &p).unwrap_err().to_string();
             assert!(e.contains(why), "{bad}: {e}");
         }
-        let insecure = Policy {
+        let insecure = AdminLimits {
             allow_insecure_github_api: true,
             github_api_hosts: vec!["127.0.0.1:9000".into()],
-            ..policy()
+            ..limits()
         };
         assert!(check_github_api_url("http://127.0.0.1:9000/x", &insecure).is_ok());
     }
