@@ -51,6 +51,10 @@
 //!
 //!     BENCH_RUNS=3 cargo test --release -p pulumi-operator-tests --test bench real_program_operation -- --ignored --nocapture
 //!
+//! (`BENCH_PROGRAMS=python` runs one of the two programs, `BENCH_MODES=a,b` some modes; each
+//! Job run also prints where its time went, from its containers' log timestamps, and with
+//! `BENCH_JOB_LOGS=1` the runner's lines at their time since the request.)
+//!
 //! A real program's unchanged operation, like for like, for the TypeScript and the Python test
 //! programs (tests/programs), each in a namespace of its own, BENCH_RUNS times per mode after
 //! untimed warm-up: (a) `pulumi up --skip-preview --yes` by hand on an existing stack, the
@@ -1384,6 +1388,57 @@ fn update_log(f: &StackFixture, update: &str) -> String {
     test_support::kubectl_result(&["-n", f.ns(), "logs", &job, "-c", "pulumi"]).1
 }
 
+/// Where an update Job's time went, from the timestamps of its containers' log lines (the API
+/// server's own timestamps are to the second): the request to the runner's first line (the
+/// Update, the Job, the pod and its init containers), the runner's first line to `pulumi up`
+/// (fetch, dependencies, stack and config), the `up` to the runner's last line (the operation
+/// and its outputs), and that line to the Stack's result (the report through the Update).
+fn job_phases(f: &StackFixture, update: &str, requested: jiff::Timestamp, took: f64) -> String {
+    let job = format!("job/{update}");
+    let log = test_support::kubectl_result(&[
+        "-n",
+        f.ns(),
+        "logs",
+        &job,
+        "--all-containers",
+        "--timestamps",
+    ])
+    .1;
+    let stamped: Vec<(jiff::Timestamp, &str)> = log
+        .lines()
+        .filter_map(|l| {
+            let (t, rest) = l.split_once(' ')?;
+            Some((t.parse().ok()?, rest))
+        })
+        .collect();
+    let since = |t: jiff::Timestamp| (t.as_millisecond() - requested.as_millisecond()) as f64 / 1e3;
+    // BENCH_JOB_LOGS=1: the runner's own lines, at their time since the request.
+    if std::env::var("BENCH_JOB_LOGS").is_ok_and(|v| v == "1") {
+        for (t, line) in stamped
+            .iter()
+            .filter(|(_, l)| l.starts_with("pulumi-runner:"))
+        {
+            eprintln!("  {:>6.2} s {line}", since(*t));
+        }
+    }
+    let first = stamped.iter().map(|(t, _)| *t).min();
+    let up = stamped
+        .iter()
+        .find(|(_, l)| l.starts_with("pulumi-runner: running pulumi") && l.contains(" up "))
+        .map(|(t, _)| *t);
+    let last = stamped.iter().map(|(t, _)| *t).max();
+    match (first, up, last) {
+        (Some(first), Some(up), Some(last)) => format!(
+            "to the runner {:.2} s, to `up` {:.2} s, `up` and outputs {:.2} s, to the result {:.2} s",
+            since(first),
+            since(up) - since(first),
+            since(last) - since(up),
+            took - since(last)
+        ),
+        _ => "phases unknown (no timestamped runner log)".to_string(),
+    }
+}
+
 /// Writes a new reconciliation request on the Stack and watches it until its lastUpdate is the
 /// succeeded result of that request: the seconds from just before the request was written, and
 /// the Update's name. A failed result ends the benchmark with its message.
@@ -1480,9 +1535,11 @@ async fn job_mode(f: &StackFixture, program: &str, mode: Mode, sha: &str, runs: 
     timed_request(&stacks, name, &format!("warm-up-{stamp}")).await;
     let (mut seconds, mut as_expected) = (Vec::new(), 0);
     for i in 0..runs {
+        let requested = jiff::Timestamp::now();
         let (took, update) = timed_request(&stacks, name, &format!("run-{i}-{stamp}")).await;
+        let phases = job_phases(f, &update, requested, took);
         eprintln!(
-            "{program} {}: run {i}: {took:.2} s ({update})",
+            "{program} {}: run {i}: {took:.2} s ({update}; {phases})",
             mode.label()
         );
         seconds.push(took);
@@ -1634,8 +1691,19 @@ async fn program_modes(program: &str, prefix: &str, runs: usize) -> Vec<ModeRow>
     let f = StackFixture::new(prefix).await;
     prepare_program_namespace(&f);
     let sha = f.repo.commit_files(&program_files(program), "bench");
-    let mut rows = vec![by_hand_mode(program, f.ns(), runs)];
-    for mode in Mode::JOBS {
+    // BENCH_MODES=a,b runs only those modes (by their letters).
+    let wanted = std::env::var("BENCH_MODES").ok();
+    let chosen = |m: Mode| {
+        wanted.as_deref().is_none_or(|w| {
+            w.split(',')
+                .any(|l| m.label().starts_with(&format!("({})", l.trim())))
+        })
+    };
+    let mut rows = Vec::new();
+    if chosen(Mode::ByHand) {
+        rows.push(by_hand_mode(program, f.ns(), runs));
+    }
+    for mode in Mode::JOBS.into_iter().filter(|m| chosen(*m)) {
         let sha = match mode {
             Mode::NoLockfile => match commit_without_lockfile(&f, program) {
                 Some(sha) => sha,
@@ -1663,8 +1731,16 @@ async fn program_modes(program: &str, prefix: &str, runs: usize) -> Vec<ModeRow>
 async fn real_program_operation() {
     let runs: usize = env_or("BENCH_RUNS", 3usize).max(1);
     let out_dir = bench_out_dir();
-    let mut rows = program_modes("typescript", "bench-ts", runs).await;
-    rows.extend(program_modes("python", "bench-py", runs).await);
+    let programs = std::env::var("BENCH_PROGRAMS").unwrap_or_else(|_| "typescript,python".into());
+    let mut rows = Vec::new();
+    for program in programs.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let prefix = match program {
+            "typescript" => "bench-ts",
+            "python" => "bench-py",
+            other => panic!("BENCH_PROGRAMS: no test program {other:?} (typescript, python)"),
+        };
+        rows.extend(program_modes(program, prefix, runs).await);
+    }
     let md = real_program_markdown(runs, &rows);
     let file = out_dir.join("real-program.md");
     std::fs::write(&file, &md).expect("real-program.md");

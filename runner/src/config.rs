@@ -321,6 +321,65 @@ pub fn steps(items: &[Resolved]) -> Vec<Step> {
     steps
 }
 
+/// The steps with every plaintext value that can be set last moved to one trailing
+/// `Plaintext` step (which an operation takes as its `--config`: one CLI process fewer). A
+/// value can be set last when no later step that stays in place sets the same key or a path
+/// inside or around it (a later value of one key wins, and a path set after its parent
+/// changes it); a `Json` step after it keeps it in place.
+pub fn plaintext_last(steps: Vec<Step>) -> Vec<Step> {
+    let mut fixed_keys: Vec<&str> = Vec::new();
+    let mut json_after = false;
+    let mut movable = vec![false; steps.len()];
+    for (i, step) in steps.iter().enumerate().rev() {
+        match step {
+            Step::Plaintext(pairs)
+                if !json_after
+                    && pairs
+                        .iter()
+                        .all(|(k, _)| fixed_keys.iter().all(|f| !overlaps(k, f))) =>
+            {
+                movable[i] = true;
+            }
+            Step::Plaintext(pairs) => fixed_keys.extend(pairs.iter().map(|(k, _)| k.as_str())),
+            Step::Plain { key, .. } | Step::Secret { key, .. } => fixed_keys.push(key),
+            Step::Json { .. } => json_after = true,
+        }
+    }
+    let mut kept = Vec::new();
+    let mut last: Vec<(String, String)> = Vec::new();
+    for (step, moved) in steps.into_iter().zip(movable) {
+        match step {
+            Step::Plaintext(pairs) if moved => last.extend(pairs),
+            other => kept.push(other),
+        }
+    }
+    if !last.is_empty() {
+        kept.push(Step::Plaintext(last));
+    }
+    kept
+}
+
+/// Whether two config keys (in their `--path` form) may touch the same value: cautiously,
+/// whenever they share their namespace and top-level name (`ns:["a"]`, `ns:a.b` and `ns:a[0]`
+/// all touch `ns:a`), or either cannot be read.
+fn overlaps(a: &str, b: &str) -> bool {
+    match (top_level(a), top_level(b)) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    }
+}
+
+/// The namespace and top-level name of a key in its `--path` form, if plainly spelled.
+fn top_level(key: &str) -> Option<(&str, &str)> {
+    let (ns, path) = key.split_once(':')?;
+    let name = match path.strip_prefix("[\"") {
+        Some(quoted) if !quoted.contains('\\') => quoted.split_once("\"]")?.0,
+        Some(_) => return None,
+        None => path.split(['.', '[']).next()?,
+    };
+    Some((ns, name))
+}
+
 /// The invocations of `steps`; fails when structured values meet a CLI older than 3.202.0.
 pub fn invocations(
     stack: &str,
@@ -353,6 +412,78 @@ pub fn invocations(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn plain(pairs: &[(&str, &str)]) -> Step {
+        Step::Plaintext(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    fn secret(key: &str) -> Step {
+        Step::Secret {
+            key: key.into(),
+            value: "s3cr3t-value".into(),
+        }
+    }
+
+    #[test]
+    fn plaintext_values_go_last_unless_a_later_step_touches_their_key() {
+        // The common case: plaintext, then a secret of another key: one trailing step.
+        let steps = vec![
+            plain(&[("p:[\"a\"]", "1"), ("k:x", "2")]),
+            secret("p:[\"t\"]"),
+        ];
+        assert_eq!(
+            plaintext_last(steps),
+            vec![
+                secret("p:[\"t\"]"),
+                plain(&[("p:[\"a\"]", "1"), ("k:x", "2")])
+            ]
+        );
+        // A later secret of the same top-level key, however spelled, keeps the order.
+        for later in ["p:[\"a\"]", "p:a.b", "p:a[0]"] {
+            let steps = vec![plain(&[("p:[\"a\"]", "1")]), secret(later)];
+            assert_eq!(plaintext_last(steps.clone()), steps, "{later}");
+        }
+        let steps = vec![plain(&[("p:a.b", "1")]), secret("p:[\"a\"]")];
+        assert_eq!(plaintext_last(steps.clone()), steps);
+        // Groups merge in their order around what stays; a group that must stay keeps the
+        // ones before it from passing it.
+        let steps = vec![
+            plain(&[("p:a", "1")]),
+            secret("p:t"),
+            plain(&[("p:a", "2")]),
+        ];
+        assert_eq!(
+            plaintext_last(steps),
+            vec![secret("p:t"), plain(&[("p:a", "1"), ("p:a", "2")])]
+        );
+        let steps = vec![
+            plain(&[("p:a", "1")]),
+            plain(&[("p:b", "2")]),
+            secret("p:b"),
+        ];
+        assert_eq!(
+            plaintext_last(steps),
+            vec![
+                plain(&[("p:b", "2")]),
+                secret("p:b"),
+                plain(&[("p:a", "1")])
+            ]
+        );
+        // A structured value after it, or a key that cannot be read, keeps it in place.
+        let json = Step::Json {
+            doc: Map::new(),
+            secret: false,
+        };
+        let steps = vec![plain(&[("p:a", "1")]), json];
+        assert_eq!(plaintext_last(steps.clone()), steps);
+        let steps = vec![plain(&[("p:a", "1")]), secret("p:[\"we\\\"ird\"]")];
+        assert_eq!(plaintext_last(steps.clone()), steps);
+    }
     use pulumi_operator_api::workspace::ConfigValueFrom;
     use std::collections::BTreeMap;
 

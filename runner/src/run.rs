@@ -130,8 +130,8 @@ pub enum PrepareFor {
     /// A retained workspace, where no operation follows and people `kubectl exec` in: the
     /// stack is selected and all of the configuration applied.
     Workspace,
-    /// An operation: a trailing run of plaintext values is left to the operation
-    /// (`--config-path --config k=v`: the same keys, in the same order, last as before), and
+    /// An operation: the plaintext values that can be set last ([`config::plaintext_last`])
+    /// are left to the operation (`--config-path --config k=v`, in their order), and
     /// `stack select` is skipped when the plan says the stack exists (every command names it).
     Operation,
 }
@@ -152,6 +152,9 @@ pub async fn prepare(
     }
     clear_cut_short_writes(&project.name, stack, opts);
     let mut config_steps = resolve_config(plan, &project, redactor)?;
+    if purpose == PrepareFor::Operation {
+        config_steps = config::plaintext_last(config_steps);
+    }
     let operation_config = take_operation_config(purpose, &mut config_steps);
     let (runner, cache) = workspace_runner(plan, opts, &workspace, signals);
     // Each CLI process is a Go start-up (and, with a passphrase, a key derivation), so
@@ -548,10 +551,11 @@ async fn run_inner(
     }
     // Not after an interruption: the pod is being stopped, and the count can wait for the
     // next operation.
-    if crate::state::counted_after(op) && !out.interrupted {
-        after.resources = count_resources(&runner, stack).await;
-    }
+    let counted = crate::state::counted_after(op) && !out.interrupted;
     if !out.success() {
+        if counted {
+            after.resources = count_resources(&runner, stack).await;
+        }
         return Err(operation_failure(&out, plan, opts, after.policy.as_ref()));
     }
 
@@ -563,8 +567,33 @@ async fn run_inner(
     if let (Operation::Preview, Some(file)) = (op, plan_file.as_ref()) {
         hand_over_saved_plan(plan, file, &mut result)?;
     }
-    finish_operation(&runner, plan, &options, logged, redactor, &mut result).await?;
+    let finished = finish_and_count(&runner, plan, &options, logged, redactor, &mut result);
+    let (resources, finished) = finished.await;
+    after.resources = resources.filter(|_| counted);
+    finished?;
     Ok(result)
+}
+
+/// [`finish_operation`] and the count of the resources left (`None` unless `counted`): they
+/// are independent reads of the state (each a CLI start-up, the outputs with a key
+/// derivation), so they run side by side.
+async fn finish_and_count(
+    runner: &Runner,
+    plan: &RunPlan,
+    options: &pulumi_operator_api::plan::OperationOptions,
+    logged: Option<StackOutputs>,
+    redactor: &mut Redactor,
+    result: &mut RunResult,
+) -> (Option<i64>, Result<(), Failure>) {
+    let counted = crate::state::counted_after(plan.operation);
+    let count = async {
+        match counted {
+            true => count_resources(runner, plan.stack.name.as_str()).await,
+            false => None,
+        }
+    };
+    let finish = finish_operation(runner, plan, options, logged, redactor, result);
+    tokio::join!(count, finish)
 }
 
 /// The resources left in the stack's state, or `None` with a log line.
