@@ -567,33 +567,11 @@ async fn run_inner(
     if let (Operation::Preview, Some(file)) = (op, plan_file.as_ref()) {
         hand_over_saved_plan(plan, file, &mut result)?;
     }
-    let finished = finish_and_count(&runner, plan, &options, logged, redactor, &mut result);
+    let finished = finish_operation(&runner, plan, &options, logged, redactor, &mut result);
     let (resources, finished) = finished.await;
     after.resources = resources.filter(|_| counted);
     finished?;
     Ok(result)
-}
-
-/// [`finish_operation`] and the count of the resources left (`None` unless `counted`): they
-/// are independent reads of the state (each a CLI start-up, the outputs with a key
-/// derivation), so they run side by side.
-async fn finish_and_count(
-    runner: &Runner,
-    plan: &RunPlan,
-    options: &pulumi_operator_api::plan::OperationOptions,
-    logged: Option<StackOutputs>,
-    redactor: &mut Redactor,
-    result: &mut RunResult,
-) -> (Option<i64>, Result<(), Failure>) {
-    let counted = crate::state::counted_after(plan.operation);
-    let count = async {
-        match counted {
-            true => count_resources(runner, plan.stack.name.as_str()).await,
-            false => None,
-        }
-    };
-    let finish = finish_operation(runner, plan, options, logged, redactor, result);
-    tokio::join!(count, finish)
 }
 
 /// The resources left in the stack's state, or `None` with a log line.
@@ -684,7 +662,9 @@ fn operation_context(
 
 /// After a successful up, refresh or destroy: the outputs handed over (those the outputs
 /// Secret can hold; the result's message names the others), and the stack removed when the
-/// destroy says so.
+/// destroy says so; beside them, the count of the resources left (when the operation is
+/// counted): independent reads of the state, each a CLI start-up (the outputs' with a key
+/// derivation), so they run side by side (the count before a `stack rm`).
 async fn finish_operation(
     runner: &Runner,
     plan: &RunPlan,
@@ -692,23 +672,37 @@ async fn finish_operation(
     logged: Option<StackOutputs>,
     redactor: &mut Redactor,
     result: &mut RunResult,
-) -> Result<(), Failure> {
+) -> (Option<i64>, Result<(), Failure>) {
     let op = plan.operation;
     let stack = plan.stack.name.as_str();
-    let remove = op == Operation::Destroy && options.remove;
-    if op != Operation::Preview && !remove {
-        // The CLI is asked again only for secret values, or when the log has no outputs.
-        let mut outputs = read_outputs(runner, stack, logged, redactor).await?;
-        if let Some(note) = outputs.fit(outputs::SECRET_BUDGET).message() {
-            log(&note);
-            result.message = format!("{}; {note}", result.message);
+    let count = async {
+        match crate::state::counted_after(op) {
+            true => count_resources(runner, stack).await,
+            false => None,
         }
-        deliver_outputs(plan, &outputs, result).await?;
-    }
+    };
+    let remove = op == Operation::Destroy && options.remove;
+    let finish = async {
+        if op != Operation::Preview && !remove {
+            // The CLI is asked again only for secret values, or when the log has no outputs.
+            let mut outputs = read_outputs(runner, stack, logged, redactor).await?;
+            if let Some(note) = outputs.fit(outputs::SECRET_BUDGET).message() {
+                log(&note);
+                result.message = format!("{}; {note}", result.message);
+            }
+            deliver_outputs(plan, &outputs, result).await?;
+        }
+        if remove {
+            check(&runner.run(&pulumi::stack_rm(stack)).await?, "stack rm")?;
+        }
+        Ok(())
+    };
     if remove {
-        check(&runner.run(&pulumi::stack_rm(stack)).await?, "stack rm")?;
+        // The count reads the stack that `stack rm` removes: first.
+        let counted = count.await;
+        return (counted, finish.await);
     }
-    Ok(())
+    tokio::join!(count, finish)
 }
 
 /// The failure of the operation itself: a pack the CLI could not load (named when its line
